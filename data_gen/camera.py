@@ -1,0 +1,175 @@
+"""Benchmark cameras (benchmark-spec section 3): placement, intrinsics and pixel rays.
+
+World frame: rows run along +x, columns along +y, z is up, the ground is z = 0. Cubes have
+0.1 m edges and sit flush; block (i, j, k) has its centre at
+``((i - (R-1)/2) * 0.1, (j - (C-1)/2) * 0.1, k * 0.1 + 0.05)``.
+
+Every function here is pure; the reference generator's quirks (the 23.6 degree half-angle,
+the framing box one block taller than the structure, the z multiplier that also scales the
+target height) are reproduced on purpose, because the released ground truth depends on them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+BLOCK_SIZE = 0.1
+"""Cube edge and grid pitch in metres."""
+RESOLUTION = 512
+"""Benchmark image width and height in pixels."""
+BASE_AZIMUTHS: tuple[float, ...] = (0.0, 90.0, 180.0, 270.0)
+"""Base azimuths of view_01..view_04, degrees."""
+OFFSETS: tuple[float, ...] = (3.0, 12.5)
+"""Azimuth offsets added to every base view, degrees (not 0 and 12.5 as the paper says)."""
+LENSES: tuple[tuple[float, float], ...] = ((1.0, 1.0), (3.0, 0.3))
+"""(fov multiplier, distance multiplier) pairs, zipped."""
+APERTURE_MM = 20.955
+"""Horizontal and vertical aperture of the USD camera (square image)."""
+BASE_FOCAL_MM = 50.0
+BASE_HALF_FOV_DEG = math.degrees(math.atan(APERTURE_MM / (2 * BASE_FOCAL_MM)))
+"""11.835 degrees; the fov multiplier scales this half-angle."""
+_DIRECTION = np.array([-2.5, -2.3, 2.3]) / np.linalg.norm([-2.5, -2.3, 2.3])
+_FRAMING_HALF_ANGLE_DEG = 23.6  # quirk: the full lens FOV used as a half-angle
+_DISTANCE_FACTOR = 1.75 * 1.5
+_CAMERA_Z_MULTIPLIER = 1.1
+NEAR_CLIP = 0.05
+
+
+@dataclass(frozen=True)
+class LeafView:
+    """One of the 16 leaf views of a structure."""
+
+    view_idx: int
+    """1..4: base azimuth 0/90/180/270 degrees."""
+    offset: float
+    fov: float
+    dist: float
+
+    @property
+    def azimuth(self) -> float:
+        return BASE_AZIMUTHS[self.view_idx - 1] + self.offset
+
+    @property
+    def view_dir(self) -> str:
+        """``view_VV``, the base-view folder name."""
+        return f"view_{self.view_idx:02d}"
+
+    @property
+    def leaf_dir(self) -> str:
+        """``offset{O:g}_fov{F:g}_dist{D:g}``, the leaf folder name."""
+        return f"offset{self.offset:g}_fov{self.fov:g}_dist{self.dist:g}"
+
+    @property
+    def relpath(self) -> str:
+        """``view_VV/offsetO_fovF_distD`` relative to the structure's sample folder."""
+        return f"{self.view_dir}/{self.leaf_dir}"
+
+    def partner(self, step: int) -> LeafView:
+        """The same leaf under the base view ``step`` quarter-turns further (task10: 1, task11: 2)."""
+        return LeafView((self.view_idx - 1 + step) % 4 + 1, self.offset, self.fov, self.dist)
+
+
+LEAF_VIEWS: tuple[LeafView, ...] = tuple(
+    LeafView(v + 1, offset, fov, dist) for fov, dist in LENSES for v in range(4) for offset in OFFSETS
+)
+"""All 16 leaf views, in the reference generator's loop order (lens pair, base view, offset)."""
+
+
+def parse_leaf_dir(name: str) -> tuple[float, float, float]:
+    """``offset12.5_fov3_dist0.3`` -> (12.5, 3.0, 0.3); a ValueError names the bad folder."""
+    parts = name.split("_")
+    try:
+        if len(parts) != 3 or not (parts[0].startswith("offset") and parts[1].startswith("fov")
+                                   and parts[2].startswith("dist")):
+            raise ValueError
+        return float(parts[0][6:]), float(parts[1][3:]), float(parts[2][4:])
+    except ValueError:
+        raise ValueError(f"leaf folder {name!r} is not of the form offset<O>_fov<F>_dist<D>") from None
+
+
+@dataclass(frozen=True)
+class Camera:
+    """A pinhole camera looking at ``target`` with world-up +z and a square image."""
+
+    position: tuple[float, float, float]
+    target: tuple[float, float, float]
+    half_fov_deg: float
+    """Half of the (horizontal = vertical) field of view."""
+    resolution: int = RESOLUTION
+
+    @property
+    def fov_deg(self) -> float:
+        return 2 * self.half_fov_deg
+
+    @property
+    def focal_mm(self) -> float:
+        """Focal length for the benchmark's 20.955 mm aperture."""
+        return APERTURE_MM / (2 * math.tan(math.radians(self.half_fov_deg)))
+
+    def basis(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(forward, right, up) unit vectors; right = forward x z, up = right x forward."""
+        f = np.subtract(self.target, self.position).astype(np.float64)
+        f /= np.linalg.norm(f)
+        r = np.cross(f, [0.0, 0.0, 1.0])
+        r /= np.linalg.norm(r)
+        u = np.cross(r, f)
+        return f, r, u
+
+
+def block_center(i: int, j: int, k: int, rows: int, cols: int) -> np.ndarray:
+    """World centre of block (row i, column j, layer k)."""
+    return np.array([(i - (rows - 1) / 2) * BLOCK_SIZE, (j - (cols - 1) / 2) * BLOCK_SIZE, k * BLOCK_SIZE + 0.05])
+
+
+def framing(rows: int, cols: int, layers: int) -> tuple[np.ndarray, float]:
+    """(target, nominal distance term) for a structure of ``layers`` layers (section 3.2)."""
+    top = layers * BLOCK_SIZE + BLOCK_SIZE  # quirk: one block taller than the structure
+    extent = np.array([rows * BLOCK_SIZE, cols * BLOCK_SIZE, top])
+    target = np.array([0.0, 0.0, top / 2])
+    rho = max(0.5 * float(np.linalg.norm(extent)), 2 * BLOCK_SIZE)
+    return target, rho / math.tan(math.radians(_FRAMING_HALF_ANGLE_DEG)) * _DISTANCE_FACTOR
+
+
+def camera_position(rows: int, cols: int, layers: int, azimuth_deg: float, dist_mult: float = 1.0) -> np.ndarray:
+    """Camera position for an azimuth (clockwise seen from +z) and a leaf distance multiplier."""
+    target, dist = framing(rows, cols, layers)
+    a, b = _DIRECTION[0] * dist, _DIRECTION[1] * dist
+    t = math.radians(azimuth_deg)
+    x, y = a * math.cos(t) + b * math.sin(t), -a * math.sin(t) + b * math.cos(t)
+    nominal = np.array([target[0] + x, target[1] + y, _CAMERA_Z_MULTIPLIER * (target[2] + _DIRECTION[2] * dist)])
+    return target + dist_mult * (nominal - target)
+
+
+def nominal_camera(rows: int, cols: int, layers: int, azimuth_deg: float) -> Camera:
+    """The nominal camera (distance multiplier 1, base lens) used by the analytic retention test."""
+    target, _ = framing(rows, cols, layers)
+    pos = camera_position(rows, cols, layers, azimuth_deg)
+    return Camera(tuple(pos.tolist()), tuple(target.tolist()), BASE_HALF_FOV_DEG)
+
+
+def leaf_camera(rows: int, cols: int, layers: int, leaf: LeafView, resolution: int = RESOLUTION) -> Camera:
+    """The camera of one leaf view: azimuth base+offset, the leaf's lens and distance multiplier."""
+    target, _ = framing(rows, cols, layers)
+    pos = camera_position(rows, cols, layers, leaf.azimuth, leaf.dist)
+    return Camera(tuple(pos.tolist()), tuple(target.tolist()), BASE_HALF_FOV_DEG * leaf.fov, resolution)
+
+
+def pixel_rays(camera: Camera) -> tuple[np.ndarray, np.ndarray]:
+    """(origin (3,), unit directions (res*res, 3)) through pixel centres, row-major from the top-left.
+
+    Image right is the camera's right vector and image up its up vector, as for a USD or Mitsuba
+    camera built with look-at and no roll.
+    """
+    n = camera.resolution
+    f, r, u = camera.basis()
+    s = math.tan(math.radians(camera.half_fov_deg))
+    coords = ((np.arange(n, dtype=np.float64) + 0.5) / n * 2.0 - 1.0) * s
+    xs = coords[None, :]  # columns, left to right
+    ys = -coords[:, None]  # rows, top to bottom
+    d = f[None, None, :] + xs[..., None] * r[None, None, :] + ys[..., None] * u[None, None, :]
+    d = d.reshape(-1, 3)
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    return np.asarray(camera.position, dtype=np.float64), d

@@ -1,0 +1,9 @@
+"""`spatialiq` commands for the gen area."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this area's commands to the root app."""

@@ -1,0 +1,60 @@
+"""Small file helpers used everywhere: atomic writes and dataset-root path checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename.
+
+    A reader never sees a half-written file, and an interrupted write leaves no file at ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def dumps_json(obj: Any) -> str:
+    """The project's canonical JSON text: indent 2, UTF-8, trailing newline."""
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, dumps_json(obj))
+
+
+def read_json(path: str | Path) -> Any:
+    """Read a JSON file; a parse error names the file, line and column."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+
+
+def resolve_inside(root: str | Path, relpath: str | Path) -> Path:
+    """``root / relpath``, refusing absolute paths and paths that escape ``root`` (``..``, symlinks)."""
+    root_p = Path(root).resolve()
+    rel = Path(relpath)
+    if rel.is_absolute():
+        raise ValueError(f"path {str(relpath)!r} must be relative to the dataset root {root}")
+    full = (root_p / rel).resolve()
+    if full != root_p and root_p not in full.parents:
+        raise ValueError(f"path {str(relpath)!r} escapes the dataset root {root}")
+    return full

@@ -1,0 +1,24 @@
+"""Shared test setup: one torch thread, the shared/ folder beside the project."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+SHARED_DIR = Path(__file__).resolve().parents[2] / "shared"
+"""The shared/ folder beside the project root (docs, fixtures); absent on some machines."""
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED_DIR.is_dir():
+        pytest.skip(f"../shared is absent (looked for {SHARED_DIR.name}/ beside the project root)")
+    return SHARED_DIR
