@@ -1,0 +1,156 @@
+"""Completion parsing shared by rewards and evaluation (metrics.md section 1, benchmark-spec 6.3/6.4).
+
+Every function here is pure, never raises on any string, and runs in time linear in the text
+(no regular expression that can backtrack across the whole completion). Only ASCII digits count
+as digits: ``"٣"`` is not an answer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES
+
+ANSWER_OPEN = "<answer>"
+ANSWER_CLOSE = "</answer>"
+_INT_REVERSED = re.compile(r"[0-9]+-?", re.ASCII)
+_WHOLE_INT = re.compile(r"\s*(-?[0-9]+)\s*", re.ASCII)
+_TOTAL_LINE = re.compile(r"the total is\s+(-?[0-9]+)\s*\+\s*(-?[0-9]+)\s*=\s*(-?[0-9]+)", re.ASCII | re.IGNORECASE)
+_COT_LINE = re.compile(r"\s*([0-9]{1,2})\)", re.ASCII)
+_BOX_TOKENS = ("<|begin_of_box|>", "<|end_of_box|>")
+
+
+def strip_think(text: str) -> str:
+    """Remove ``<think>...</think>`` spans, GLM box tokens and stray ``</think>`` (benchmark-spec 6.4)."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        start = text.find("<think>", pos)
+        if start < 0:
+            out.append(text[pos:])
+            break
+        end = text.find("</think>", start)
+        if end < 0:  # an unclosed <think> swallows the rest, as a non-greedy regex would not match it
+            out.append(text[pos:start])
+            out.append(text[start + len("<think>"):])
+            break
+        out.append(text[pos:start])
+        pos = end + len("</think>")
+    cleaned = "".join(out).replace("</think>", "")
+    for token in _BOX_TOKENS:
+        cleaned = cleaned.replace(token, "")
+    return cleaned
+
+
+def _to_int(digits: str) -> int | None:
+    # Guard int() against multi-megabyte digit runs (Python refuses > 4300 digits anyway).
+    if len(digits.lstrip("-")) > 18:
+        return None
+    return int(digits)
+
+
+def last_integer(text: str) -> int | None:
+    """The last ASCII integer in ``text``, or None."""
+    m = _INT_REVERSED.search(text[::-1])  # the first match in the reversed text is the last integer
+    return None if m is None else _to_int(m.group(0)[::-1])
+
+
+def parse_integer_answer(text: str) -> int | None:
+    """Independent-mode prediction: strip think spans; the whole text if it is an integer, else the last integer."""
+    if not isinstance(text, str):
+        return None
+    body = strip_think(text)
+    whole = _WHOLE_INT.fullmatch(body)
+    if whole:
+        return _to_int(whole.group(1))
+    return last_integer(body)
+
+
+def answer_tag_contents(text: str) -> list[str]:
+    """The raw contents of every complete, non-nested ``<answer>...</answer>`` pair, in order."""
+    contents: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(ANSWER_OPEN, pos)
+        if start < 0:
+            return contents
+        body_start = start + len(ANSWER_OPEN)
+        end = text.find(ANSWER_CLOSE, body_start)
+        if end < 0:
+            return contents
+        inner_open = text.rfind(ANSWER_OPEN, body_start, end)
+        if inner_open >= 0:  # nested or repeated opening tag: keep the innermost pair
+            body_start = inner_open + len(ANSWER_OPEN)
+        contents.append(text[body_start:end])
+        pos = end + len(ANSWER_CLOSE)
+
+
+def tag_integer(content: str) -> int | None:
+    """The integer held by an answer tag's content (surrounding whitespace allowed), else None."""
+    m = _WHOLE_INT.fullmatch(content)
+    return _to_int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class ParsedTrace:
+    """What a from-trace completion says."""
+
+    answer: int | None
+    """Object Counting: the answer tag, else the total line, else the last integer."""
+    answer_source: str
+    """``tag``, ``total_line``, ``last_integer`` or ``missing``."""
+    tasks: dict[str, int | None] = field(default_factory=dict)
+    """Sub-task values from CoT lines 2..9 (last integer on the line), keyed by task id."""
+    hidden: int | None = None
+    """Line 10, the trace's hidden count (not a scored task)."""
+    total_line: tuple[int, int, int] | None = None
+    """``(visible, hidden, total)`` from "The total is a + b = N", if present."""
+
+    @property
+    def self_consistent(self) -> bool | None:
+        """Whether the final answer equals the trace's own visible + hidden (metrics.md section 7)."""
+        if self.answer is None or self.total_line is None:
+            return None
+        return self.total_line[0] + self.total_line[1] == self.answer
+
+
+def _cot_lines(body: str) -> tuple[dict[int, int | None], tuple[int, int, int] | None]:
+    values: dict[int, int | None] = {}
+    total: tuple[int, int, int] | None = None
+    for line in body.splitlines():
+        m = _COT_LINE.match(line)
+        if m:
+            number = int(m.group(1))
+            if (number in SCORED_COT_LINES or number == 10) and number not in values:
+                values[number] = last_integer(line[m.end():])
+            continue
+        if total is None and "total" in line.lower():
+            t = _TOTAL_LINE.search(line)
+            if t:
+                parts = [_to_int(g) for g in t.groups()]
+                if None not in parts:
+                    total = (parts[0], parts[1], parts[2])  # type: ignore[assignment]
+    return values, total
+
+
+def parse_trace(text: str) -> ParsedTrace:
+    """Parse a CoT completion into its final answer and per-line sub-task values. Never raises."""
+    if not isinstance(text, str):
+        return ParsedTrace(None, "missing")
+    values, total = _cot_lines(text)
+    tasks = {COT_LINE_TASKS[n]: values.get(n) for n in SCORED_COT_LINES}
+    answer, source = None, "missing"
+    for content in reversed(answer_tag_contents(text)):
+        value = tag_integer(content)
+        if value is None:
+            value = last_integer(content)
+        if value is not None:
+            answer, source = value, "tag"
+            break
+    if answer is None and total is not None:
+        answer, source = total[2], "total_line"
+    if answer is None:
+        answer = last_integer(text)
+        source = "last_integer" if answer is not None else "missing"
+    return ParsedTrace(answer, source, tasks, values.get(10), total)
