@@ -1,0 +1,193 @@
+"""A tiny Qwen2.5-VL built offline: byte-level BPE tokenizer, image-only processor and random weights.
+
+Used by the CPU tests and the demo recipe (`recipes/tiny_cpu.yaml`). Nothing is downloaded: the tokenizer is
+trained on an in-memory corpus of the project's own prompts, the model is built from a config and saved with
+safetensors. See ../shared/docs/notes/cpu-feasibility.md section 2 for the recipe and the processor workaround.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from spatialiq_train.prompts import COT_SYSTEM_PROMPT, COT_TARGET_TEMPLATE, TRAINING_CRITICAL_INSTRUCTION
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS: tuple[str, ...] = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+"""Qwen2.5-VL special tokens; they get ids 0..6 in this order."""
+
+TINY_TEXT = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+}
+TINY_VISION = {
+    "depth": 2,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_heads": 2,
+    "out_hidden_size": 64,
+    "fullatt_block_indexes": [1],
+    "window_size": 112,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+}
+
+
+def _corpus(extra: list[str] | None = None) -> list[str]:
+    lines = [TRAINING_CRITICAL_INSTRUCTION, COT_SYSTEM_PROMPT, COT_TARGET_TEMPLATE]
+    lines += [f"<answer>{i}</answer>" for i in range(100)]
+    lines += ["system", "user", "assistant", "You are a helpful assistant.", "How many blocks are there?"]
+    return lines + list(extra or [])
+
+
+def build_tokenizer(extra_corpus: list[str] | None = None, vocab_size: int = 1024) -> Any:
+    """Train a byte-level BPE on the project's prompt strings and wrap it with the Qwen2.5-VL chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen2_5_vl_chat_template
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(extra_corpus), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=list(SPECIAL_TOKENS[1:]),
+        padding_side="left",
+    )
+    fast.chat_template = qwen2_5_vl_chat_template
+    return fast
+
+
+def _image_only_processor_class() -> type:
+    from transformers import Qwen2_5_VLProcessor
+    from transformers.processing_utils import ProcessorMixin
+
+    class Qwen2_5_VLImageOnlyProcessor(Qwen2_5_VLProcessor):
+        """Qwen2.5-VL processor without the video processor (which needs torchvision)."""
+
+        attributes = ["image_processor", "tokenizer"]
+
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):  # noqa: ANN001
+            self.image_token = getattr(tokenizer, "image_token", "<|image_pad|>")
+            self.video_token = getattr(tokenizer, "video_token", "<|video_pad|>")
+            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    return Qwen2_5_VLImageOnlyProcessor
+
+
+def build_image_processor(min_pixels: int = 56 * 56, max_pixels: int = 448 * 448) -> Any:
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    return Qwen2VLImageProcessorPil(
+        size={"shortest_edge": min_pixels, "longest_edge": max_pixels},
+        patch_size=14,
+        merge_size=2,
+        temporal_patch_size=2,
+    )
+
+
+def build_processor(tokenizer: Any, image_processor: Any | None = None) -> Any:
+    """The real Qwen2.5-VL processor when it can be built, else the image-only subclass."""
+    image_processor = image_processor or build_image_processor()
+    try:
+        from transformers import Qwen2_5_VLProcessor
+
+        return Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                   chat_template=tokenizer.chat_template)
+    except (AttributeError, ImportError, TypeError, ValueError) as exc:
+        log.debug("Qwen2_5_VLProcessor unavailable (%s); using the image-only processor", exc)
+        cls = _image_only_processor_class()
+        return cls(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
+
+
+def load_processor(path: str | Path) -> Any:
+    """Load a saved processor; `AutoProcessor` silently returns only the tokenizer here, so try it last."""
+    from transformers import AutoProcessor, Qwen2_5_VLProcessor
+
+    try:
+        return Qwen2_5_VLProcessor.from_pretrained(str(path))
+    except (AttributeError, ImportError, TypeError, ValueError, OSError):
+        pass
+    try:
+        return _image_only_processor_class().from_pretrained(str(path))
+    except (AttributeError, ImportError, TypeError, ValueError, OSError) as exc:
+        log.debug("image-only processor could not load %s (%s)", path, exc)
+    return AutoProcessor.from_pretrained(str(path))
+
+
+def token_ids(tokenizer: Any) -> dict[str, int]:
+    """The ids a Qwen2.5-VL config needs, read from the tokenizer."""
+    conv = tokenizer.convert_tokens_to_ids
+    return {
+        "image_token_id": conv("<|image_pad|>"),
+        "video_token_id": conv("<|video_pad|>"),
+        "vision_start_token_id": conv("<|vision_start|>"),
+        "vision_end_token_id": conv("<|vision_end|>"),
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.pad_token_id,
+    }
+
+
+def build_config(tokenizer: Any, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None) -> Any:
+    from transformers import Qwen2_5_VLConfig
+
+    ids = token_ids(tokenizer)
+    text_cfg = {**TINY_TEXT, **(text or {}), "vocab_size": len(tokenizer)}
+    for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        text_cfg[key] = ids[key]
+    return Qwen2_5_VLConfig(text_config=text_cfg, vision_config={**TINY_VISION, **(vision or {})}, **ids)
+
+
+def build_model(tokenizer: Any, seed: int = 0, **config_overrides: Any) -> Any:
+    """A randomly initialised Qwen2.5-VL (float32) with ids and generation config set from the tokenizer."""
+    import torch
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    torch.manual_seed(seed)
+    model = Qwen2_5_VLForConditionalGeneration(build_config(tokenizer, **config_overrides))
+    ids = token_ids(tokenizer)
+    for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        setattr(model.generation_config, key, ids[key])
+    return model
+
+
+def save_tiny(out_dir: str | Path, seed: int = 0) -> Path:
+    """Build tokenizer, processor and model and save all three (safetensors) under `out_dir`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    processor = build_processor(tokenizer)
+    model = build_model(tokenizer, seed=seed)
+    model.save_pretrained(str(out), safe_serialization=True)
+    processor.save_pretrained(str(out))
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("tiny Qwen2.5-VL (%d parameters) saved to %s", n_params, out)
+    return out
