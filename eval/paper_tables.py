@@ -1,0 +1,164 @@
+"""Reproduce the published Spatial-IQ text tables from ``eval_raw_*`` files.
+
+Conventions that reproduce the published numbers (checked against the released tables):
+
+* the conditional convention is chosen per model: names starting with ``sft-``, ``dapo-`` or
+  ``Qwen2.5-VL-`` (the trained-checkpoint rows of Table 4, with their zero-shot backbone) use
+  ``dependent_given_prerequisite``; every other responder, the human included, uses
+  ``prerequisite_given_dependent``. A caller may force one convention for all models.
+* Groups: models in the first class form the ``trained_text`` group; the others the ``text`` group.
+  The human responder is reported in both groups (Figures 7/27, 22/28 and Tables 1/4 all carry it).
+* Accuracies exclude missing predictions from their denominators (Gemini's Visible n = 2999);
+  the summation 2x2 and composition use only rows where task5, task8 and main all exist.
+* ``mental_rotation_mean`` is the mean of task10 and task11 accuracies, present only when a
+  responder has both (zero-shot and human rows); trained rows leave it empty.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+from eval.hierarchy import SUMMARY_COLUMNS, Convention, check_convention, composition, summary_row, summation_2x2
+from eval.rawcsv import ResponderTable, read_raw_dir
+from eval.stats import accuracy
+from spatialiq_train.io import atomic_write_text
+from spatialiq_train.tasks import get_task
+
+TRAINED_PREFIXES: tuple[str, ...] = ("sft-", "dapo-", "Qwen2.5-VL-")
+DISPLAY_NAMES: dict[str, str] = {"human": "Human", "qwen": "Qwen", "gemini": "Gemini"}
+"""Published display names of the released zero-shot slugs; any other model is shown under its own name."""
+TASK_LABELS: tuple[tuple[str, str], ...] = (
+    ("Task2", "task9"), ("Task3", "task3"), ("Task4", "task4"), ("Task5", "task5"), ("Task6", "task2"),
+    ("Task7", "task6"), ("Task8", "task7"), ("Task9", "task8"), ("Target1", "main"), ("Target2a", "task10"),
+    ("Target2b", "task11"),
+)
+"""Table 6 row labels (the paper's S/T numbering) and the released task column each reads."""
+SUMMARY_CSV_COLUMNS: tuple[str, ...] = ("model", *SUMMARY_COLUMNS)
+PUBLISHED_SUMMARY_COLUMNS: tuple[str, ...] = ("model", "display_name", *SUMMARY_COLUMNS, "mental_rotation_mean")
+SUMMATION_COLUMNS: tuple[str, ...] = (
+    "group", "model", "display_name", "visible_correct", "hidden_correct", "cell", "main_accuracy", "main_correct",
+    "main_incorrect", "n", "share_of_scenes", "overall_main_accuracy", "overall_main_correct", "overall_n",
+)
+COMPOSITION_CSV_COLUMNS: tuple[str, ...] = (
+    "group", "model", "display_name", "prediction_correlation_r", "prediction_correlation_p", "exact_match_rate",
+    "both_wrong_exact_match_rate", "mean_absolute_residual", "residual_bias", "both_wrong_n", "n",
+)
+TASK_ACCURACY_COLUMNS: tuple[str, ...] = (
+    "group", "model", "display_name", "task", "source_task", "task_name", "accuracy", "n_correct", "n_incorrect",
+    "n", "binom_se", "ci_low_wilson", "ci_high_wilson", "chance_level", "chance_adjusted_accuracy",
+    "chance_adjusted_ci_low", "chance_adjusted_ci_high", "above_chance_p",
+)
+
+
+def is_trained(model: str) -> bool:
+    return model.startswith(TRAINED_PREFIXES)
+
+
+def convention_for(model: str, override: str | None = None) -> Convention:
+    """The conditional convention the published tables use for ``model`` (or ``override``)."""
+    if override is not None:
+        return check_convention(override)
+    return "dependent_given_prerequisite" if is_trained(model) else "prerequisite_given_dependent"
+
+
+def display_name(model: str) -> str:
+    return DISPLAY_NAMES.get(model, model)
+
+
+def groups_of(model: str) -> tuple[str, ...]:
+    """Published figure groups a model appears in (the human baseline is in both)."""
+    if model == "human":
+        return ("text", "trained_text")
+    return ("trained_text",) if is_trained(model) else ("text",)
+
+
+def summary_rows(tables: dict[str, ResponderTable], override: str | None = None) -> list[dict[str, object]]:
+    rows = []
+    for model, table in tables.items():
+        row: dict[str, object] = {"model": model, "display_name": display_name(model),
+                                  "convention": convention_for(model, override)}
+        row.update(summary_row(table, convention_for(model, override)))
+        rows.append(row)
+    return rows
+
+
+def summation_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for group in ("text", "trained_text"):
+        for model in sorted(tables):
+            if group in groups_of(model):
+                for cell in summation_2x2(tables[model]):
+                    rows.append({"group": group, "model": model, "display_name": display_name(model), **cell})
+    return rows
+
+
+def composition_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for group in ("text", "trained_text"):
+        for model in sorted(tables):
+            if group in groups_of(model):
+                rows.append({"group": group, "model": model, "display_name": display_name(model),
+                             **composition(tables[model])})
+    return rows
+
+
+def task_accuracy_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object]]:
+    """Per-task accuracy in the Table 6 layout (no chance level in free response: adjusted = raw)."""
+    rows: list[dict[str, object]] = []
+    for group in ("text", "trained_text"):
+        for model in sorted(tables):
+            if group not in groups_of(model):
+                continue
+            table = tables[model]
+            for label, task in TASK_LABELS:
+                if task not in table.correct:
+                    continue
+                a = accuracy(table.correct[task])
+                rows.append({
+                    "group": group, "model": model, "display_name": display_name(model), "task": label,
+                    "source_task": task, "task_name": get_task(task).name, "accuracy": a.accuracy,
+                    "n_correct": a.n_correct, "n_incorrect": a.n_incorrect, "n": a.n, "binom_se": a.binom_se,
+                    "ci_low_wilson": a.ci_low_wilson, "ci_high_wilson": a.ci_high_wilson, "chance_level": math.nan,
+                    "chance_adjusted_accuracy": a.accuracy, "chance_adjusted_ci_low": a.ci_low_wilson,
+                    "chance_adjusted_ci_high": a.ci_high_wilson, "above_chance_p": math.nan,
+                })
+    return rows
+
+
+def _fmt(value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def csv_text(rows: Iterable[dict[str, object]], columns: tuple[str, ...]) -> str:
+    """Rows as CSV with a fixed column order; floats written with full precision (repr), NaN as empty."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_fmt(row.get(c)) for c in columns])
+    return out.getvalue()
+
+
+def write_paper_tables(raw_dir: str | Path, out_dir: str | Path, override: str | None = None) -> dict[str, Path]:
+    """Read every raw file in ``raw_dir``; write summary, 2x2, composition and task-accuracy CSVs to ``out_dir``."""
+    tables = read_raw_dir(raw_dir)
+    out = Path(out_dir)
+    summaries = summary_rows(tables, override)
+    files = {
+        "summary.csv": csv_text(summaries, SUMMARY_CSV_COLUMNS),
+        "summary_published.csv": csv_text(summaries, PUBLISHED_SUMMARY_COLUMNS + ("convention",)),
+        "summation_2x2.csv": csv_text(summation_rows(tables), SUMMATION_COLUMNS),
+        "composition.csv": csv_text(composition_rows(tables), COMPOSITION_CSV_COLUMNS),
+        "task_accuracy.csv": csv_text(task_accuracy_rows(tables), TASK_ACCURACY_COLUMNS),
+    }
+    written = {}
+    for name, text in files.items():
+        atomic_write_text(out / name, text)
+        written[name] = out / name
+    return written
