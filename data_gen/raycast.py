@@ -1,0 +1,208 @@
+"""Exact per-pixel block visibility: a vectorised voxel ray caster over a height map.
+
+Every pixel's ray (through the pixel centre, ``camera.pixel_rays``) is clipped to the grid's
+bounding box and then walked through the columns of the height map with a 2-D DDA (Amanatides
+and Woo) in lockstep over all rays. Within one column cell the ray spans the parameter interval
+``[t_a, t_b]``; because a column is a solid box from the ground to ``H * 0.1``, the ray hits it
+exactly when it is at or below the column top somewhere in that interval, i.e. when
+``min(z(t_a), z(t_b)) <= top``. The hit is on the side face at ``t_a`` when ``z(t_a) <= top``,
+otherwise on the top face. The layer of the hit block is ``floor(z_hit / 0.1)`` (the top layer
+for top-face hits). This is the same answer as a z-buffer of all the cubes, at 512x512.
+
+Block ids, used by every instance buffer in the project: ``(i * cols + j) * max_height + k``;
+-1 where a pixel shows no block (the ground plane is not a block).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from data_gen.camera import BLOCK_SIZE, Camera
+
+Block = tuple[int, int, int]
+NO_BLOCK = -1
+"""Instance id of a pixel that shows no block."""
+
+
+def block_id(i: int, j: int, k: int, cols: int, max_height: int = 4) -> int:
+    """Instance id of block (i, j, k): ``(i * cols + j) * max_height + k``."""
+    if not (0 <= j < cols and 0 <= k < max_height and i >= 0):
+        raise ValueError(f"block_id: block {(i, j, k)} is outside a grid of {cols} columns, max height {max_height}")
+    return (i * cols + j) * max_height + k
+
+
+def block_of(ident: int, cols: int, max_height: int = 4) -> Block:
+    """Inverse of :func:`block_id`: the block (i, j, k) of an instance id >= 0."""
+    if ident < 0:
+        raise ValueError(f"block_of: id {ident} is not a block (ids are >= 0; -1 means no block)")
+    cell, k = divmod(int(ident), max_height)
+    i, j = divmod(cell, cols)
+    return i, j, k
+
+
+def visible_set(ids: np.ndarray, cols: int, max_height: int = 4) -> set[Block]:
+    """Blocks owning at least one pixel of an instance-id buffer."""
+    flat = np.asarray(ids).ravel()
+    flat = flat[flat >= 0]
+    if flat.size == 0:
+        return set()
+    present = np.nonzero(np.bincount(flat))[0]
+    return {block_of(int(v), cols, max_height) for v in present}
+
+
+def _box_clip(origin: np.ndarray, dirs: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Slab test: (t_in, t_out) of every ray against the box [lo, hi]; t_in >= 0, a miss when t_in >= t_out."""
+    t_in = np.zeros(dirs.shape[0])
+    t_out = np.full(dirs.shape[0], np.inf)
+    for axis in range(3):
+        d = dirs[:, axis]
+        o = float(origin[axis])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv = 1.0 / d
+            t0 = (lo[axis] - o) * inv
+            t1 = (hi[axis] - o) * inv
+        near = np.minimum(t0, t1)
+        far = np.maximum(t0, t1)
+        if not d.all():  # parallel to this slab: inside it for all t, or never
+            par = d == 0
+            inside = (lo[axis] <= o) & (o <= hi[axis])
+            near[par] = -np.inf if inside else np.inf
+            far[par] = np.inf if inside else -np.inf
+        np.maximum(t_in, near, out=t_in)
+        np.minimum(t_out, far, out=t_out)
+    return t_in, t_out
+
+
+def cast_rays(
+    height_map: np.ndarray, origin: np.ndarray, dirs: np.ndarray, max_height: int = 4
+) -> tuple[np.ndarray, np.ndarray]:
+    """(block id int32, hit distance float64) for rays from one origin; -1 / inf where no block is hit.
+
+    ``dirs`` are unit vectors (N, 3), so the distance is the ray parameter at the hit.
+    """
+    h = np.asarray(height_map, dtype=np.int64)
+    if h.ndim != 2 or (h < 0).any() or (h > max_height).any():
+        raise ValueError(f"cast: height_map must be 2-D with heights in [0, {max_height}], got {h.tolist()}")
+    rows, cols = h.shape
+    n = dirs.shape[0]
+    ids = np.full(n, NO_BLOCK, dtype=np.int32)
+    dist = np.full(n, np.inf)
+    top = int(h.max())
+    if top == 0:
+        return ids, dist
+    x0, y0 = -rows * BLOCK_SIZE / 2, -cols * BLOCK_SIZE / 2
+    lo = np.array([x0, y0, 0.0])
+    hi = np.array([-x0, -y0, top * BLOCK_SIZE])
+    t_in, t_out = _box_clip(origin, dirs, lo, hi)
+    idx = np.nonzero(t_in < t_out)[0]
+    d = dirs[idx]
+    t_a, t_out = t_in[idx], t_out[idx]
+    ox, oy, oz = (float(v) for v in origin)
+    dx, dy, dz = d[:, 0], d[:, 1], d[:, 2]
+    ci = np.clip(np.floor((ox + dx * t_a - x0) / BLOCK_SIZE), 0, rows - 1).astype(np.int64)
+    cj = np.clip(np.floor((oy + dy * t_a - y0) / BLOCK_SIZE), 0, cols - 1).astype(np.int64)
+    sx = np.sign(dx).astype(np.int64)
+    sy = np.sign(dy).astype(np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_max_x = np.where(sx != 0, (x0 + (ci + (sx > 0)) * BLOCK_SIZE - ox) / dx, np.inf)
+        t_max_y = np.where(sy != 0, (y0 + (cj + (sy > 0)) * BLOCK_SIZE - oy) / dy, np.inf)
+        t_dx = np.where(sx != 0, BLOCK_SIZE / np.abs(dx), np.inf)
+        t_dy = np.where(sy != 0, BLOCK_SIZE / np.abs(dy), np.inf)
+    hz = h.astype(np.float64) * BLOCK_SIZE
+    flat_h = h.ravel()
+    for _ in range(rows + cols):
+        if idx.size == 0:
+            break
+        cell = ci * cols + cj
+        col_top = hz.ravel()[cell]
+        t_b = np.minimum(np.minimum(t_max_x, t_max_y), t_out)
+        z_a = oz + dz * t_a
+        z_b = oz + dz * t_b
+        hit = (col_top > 0) & (np.minimum(z_a, z_b) <= col_top)
+        if hit.any():
+            side = z_a[hit] <= col_top[hit]
+            hc = cell[hit]
+            hh = flat_h[hc]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t_top = (col_top[hit] - oz) / dz[hit]
+            t_hit = np.where(side, t_a[hit], t_top)
+            layer = np.where(side, np.clip(np.floor(z_a[hit] / BLOCK_SIZE), 0, hh - 1).astype(np.int64), hh - 1)
+            ids[idx[hit]] = (hc * max_height + layer).astype(np.int32)
+            dist[idx[hit]] = t_hit
+        step_x = t_max_x < t_max_y
+        ci = ci + np.where(step_x, sx, 0)
+        cj = cj + np.where(step_x, 0, sy)
+        go = ~hit & (t_b < t_out) & (ci >= 0) & (ci < rows) & (cj >= 0) & (cj < cols)
+        t_a = np.where(step_x, t_max_x, t_max_y)
+        t_max_x = np.where(step_x, t_max_x + t_dx, t_max_x)
+        t_max_y = np.where(step_x, t_max_y, t_max_y + t_dy)
+        idx, ci, cj, t_a, t_out = idx[go], ci[go], cj[go], t_a[go], t_out[go]
+        t_max_x, t_max_y, t_dx, t_dy = t_max_x[go], t_max_y[go], t_dx[go], t_dy[go]
+        sx, sy, dz = sx[go], sy[go], dz[go]
+    return ids, dist
+
+
+def grid_box(height_map: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) corners of the axis-aligned box holding every block of a height map."""
+    rows, cols = np.shape(height_map)
+    x0, y0 = rows * BLOCK_SIZE / 2, cols * BLOCK_SIZE / 2
+    return np.array([-x0, -y0, 0.0]), np.array([x0, y0, float(np.max(height_map)) * BLOCK_SIZE])
+
+
+def pixel_window(camera: Camera, lo: np.ndarray, hi: np.ndarray) -> tuple[int, int, int, int]:
+    """(row0, row1, col0, col1), half-open, of the pixels whose rays can meet the box [lo, hi].
+
+    The box's projection is the convex hull of its projected corners, so every pixel centre whose
+    ray meets the box lies in the corners' pixel bounding box (widened by one pixel for rounding).
+    Falls back to the whole image when a corner is not in front of the camera.
+    """
+    n = camera.resolution
+    f, r, u = camera.basis()
+    corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+    rel = corners - np.asarray(camera.position)
+    depth = rel @ f
+    if (depth <= 0).any():
+        return 0, n, 0, n
+    s = np.tan(np.radians(camera.half_fov_deg))
+    px = ((rel @ r) / depth / s + 1.0) / 2.0 * n - 0.5  # column of the pixel centre at that image x
+    py = (1.0 - (rel @ u) / depth / s) / 2.0 * n - 0.5
+    c0, c1 = max(int(np.floor(px.min())) - 1, 0), min(int(np.ceil(px.max())) + 2, n)
+    r0, r1 = max(int(np.floor(py.min())) - 1, 0), min(int(np.ceil(py.max())) + 2, n)
+    return r0, max(r1, r0), c0, max(c1, c0)
+
+
+def window_rays(camera: Camera, window: tuple[int, int, int, int]) -> np.ndarray:
+    """Unit ray directions (m, 3) of the pixels in a window, row-major; the same rays as ``pixel_rays``."""
+    r0, r1, c0, c1 = window
+    n = camera.resolution
+    f, r, u = camera.basis()
+    s = np.tan(np.radians(camera.half_fov_deg))
+    coords = ((np.arange(n, dtype=np.float64) + 0.5) / n * 2.0 - 1.0) * s
+    xs = coords[None, c0:c1]
+    ys = -coords[r0:r1, None]
+    d = f[None, None, :] + xs[..., None] * r[None, None, :] + ys[..., None] * u[None, None, :]
+    d = d.reshape(-1, 3)
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    return d
+
+
+def cast(height_map: np.ndarray, camera: Camera, max_height: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Per-pixel (block id int32, hit distance float32) images of shape (res, res); -1 / inf for no block.
+
+    Pixel (row, col) is the ray through that pixel's centre, row 0 at the top, as in
+    ``camera.pixel_rays``; only the pixels whose rays can meet the grid's box are traced.
+    """
+    n = camera.resolution
+    ids = np.full((n, n), NO_BLOCK, dtype=np.int32)
+    dist = np.full((n, n), np.inf, dtype=np.float32)
+    if np.max(height_map) <= 0:
+        return ids, dist
+    window = pixel_window(camera, *grid_box(height_map))
+    r0, r1, c0, c1 = window
+    if r1 <= r0 or c1 <= c0:
+        return ids, dist
+    w_ids, w_dist = cast_rays(height_map, np.asarray(camera.position, dtype=np.float64), window_rays(camera, window),
+                              max_height)
+    ids[r0:r1, c0:c1] = w_ids.reshape(r1 - r0, c1 - c0)
+    dist[r0:r1, c0:c1] = w_dist.reshape(r1 - r0, c1 - c0)
+    return ids, dist
