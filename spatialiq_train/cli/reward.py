@@ -1,9 +1,85 @@
-"""`spatialiq` commands for the reward area."""
+"""`spatialiq reward ...`: score one completion, list the registered rewards."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+
+reward_app = typer.Typer(help="Score completions with the reward library; list reward names.", no_args_is_help=True)
+
+
+def _parse_spec(text: str) -> Any:
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"--reward looks like JSON but is not: {exc}") from None
+    return text
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}"
+
+
+@reward_app.command("score")
+def score(
+    reward: str = typer.Option(
+        "default", "--reward", "-r", help="A reward name, 'pkg.module:function', or a JSON weight mapping."
+    ),
+    answer: int | None = typer.Option(None, "--answer", "-a", help="Ground truth (default: --gt task_main)."),
+    completion: str = typer.Option(..., "--completion", "-c", help="The completion text; '-' reads stdin."),
+    gt: Path | None = typer.Option(None, "--gt", help="A gt.json whose fields become reward columns (stepwise)."),
+) -> None:
+    """Print each component of the reward and, as the last line, the total alone."""
+    from reward import components_of, error_counts, reset_errors, resolve_reward
+    from spatialiq_train.io import read_json
+
+    text = sys.stdin.read() if completion == "-" else completion
+    columns: dict[str, list[Any]] = {}
+    if gt is not None:
+        data = read_json(gt)
+        if not isinstance(data, dict):
+            raise typer.BadParameter(f"{gt}: expected a JSON object of ground-truth fields")
+        columns = {k: [v] for k, v in data.items()}
+        if answer is None:
+            answer = data.get("task_main")
+    if answer is None:
+        raise typer.BadParameter("give --answer N (or --gt with a task_main field)")
+    columns["answer"] = [answer]
+    try:
+        fn = resolve_reward(_parse_spec(reward))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--reward") from None
+    reset_errors()
+    try:
+        comps, total = components_of(fn, [text], **columns)
+    except ValueError as exc:  # a missing ground-truth column
+        raise typer.BadParameter(str(exc)) from None
+    weights = getattr(fn, "weights", None) or {}
+    width = max(len(n) for n in comps)
+    for name, values in comps.items():
+        suffix = f"  x {weights[name]:g}" if name in weights else ""
+        typer.echo(f"{name:<{width}}  {_fmt(values[0])}{suffix}")
+    for name, count in error_counts().items():
+        typer.echo(f"errors in {name}: {count}")
+    typer.echo(_fmt(total[0]))
+
+
+@reward_app.command("list")
+def list_cmd() -> None:
+    """List every registered reward name, its kind and a one-line description."""
+    from reward import list_rewards
+
+    infos = list_rewards()
+    width = max(len(i.name) for i in infos)
+    for info in infos:
+        typer.echo(f"{info.name:<{width}}  {info.kind:<11}  {info.summary}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root app."""
+    app.add_typer(reward_app, name="reward")

@@ -1,9 +1,50 @@
-"""`spatialiq` commands for the traces area."""
+"""`spatialiq traces`: SFT-plain / SFT-CoT JSONL from a generated (or the released) dataset."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import typer
+
+logger = logging.getLogger(__name__)
+
+
+def traces(
+    data: Path = typer.Option(..., "--data", help="Dataset root (holding train/ and/or benchmark/)."),
+    out: Path = typer.Option(..., "--out", help="Folder for train/val/warmup/rl.jsonl and benchmark.jsonl."),
+    kind: str = typer.Option(..., "--kind", help="plain (answer-tagged integer) or cot (benchmark CoT template)."),
+    mask_final_answer: str | None = typer.Option(
+        None, "--mask-final-answer", help="CoT only: placeholder for task_main in the total line and answer tag."
+    ),
+    tasks: str = typer.Option("task_main", "--tasks", help="Plain only: comma-separated task ids."),
+    split: str | None = typer.Option(
+        None, "--split", help="Treat every view as this split (train|benchmark), e.g. for the released benchmark."
+    ),
+    dialect: str = typer.Option("training", "--dialect", help="Prompt dialect: training (prepare_data) or type1."),
+    require_images: bool = typer.Option(
+        True, "--require-images/--no-require-images", help="Skip views without view.png (the release does)."
+    ),
+) -> None:
+    """Write chat-format trace JSONL files, partitioned by structure."""
+    from data_gen.traces import build_traces, load_views, write_traces
+    from spatialiq_train.tasks import DIALECTS
+
+    if dialect not in DIALECTS:
+        raise typer.BadParameter(f"unknown dialect {dialect!r}; valid: {', '.join(DIALECTS)}", param_hint="--dialect")
+    task_ids = [t.strip() for t in tasks.split(",") if t.strip()]
+    try:
+        views = load_views(data, split)
+        files = build_traces(views, kind, task_ids, mask_final_answer, dialect, require_images)  # type: ignore[arg-type]
+    except (ValueError, KeyError) as exc:
+        raise typer.BadParameter(str(exc).strip("'\"")) from None
+    if not files:
+        raise typer.BadParameter(f"no usable views under {data} (gt.json beside view.png)", param_hint="--data")
+    counts = write_traces(out, files)
+    for name, count in counts.items():
+        typer.echo(f"{out / (name + '.jsonl')}: {count} records")
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root app."""
+    app.command("traces")(traces)
