@@ -1,9 +1,112 @@
-"""`spatialiq` commands for the gen area."""
+"""`spatialiq` commands for the gen area: gen, gen-merge, check-splits, fidelity."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import typer
+
+_FLAGS = {"out": "--out", "structures": "--structures", "seed": "--seed", "split": "--split", "workers": "--workers",
+          "renderer": "--renderer", "object_type": "--object-type", "shard": "--shard", "num_shards": "--num-shards",
+          "resolution": "--resolution"}
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _config_errors(exc: Any) -> str:
+    """One line per pydantic error, naming the CLI flag, the value given and what is allowed."""
+    lines = []
+    for err in exc.errors():
+        loc = err.get("loc") or ()
+        flag = _FLAGS.get(str(loc[0]), str(loc[0])) if loc else "arguments"
+        given = f" (got {err['input']!r})" if loc and "input" in err else ""
+        lines.append(f"{flag}: {err['msg'].removeprefix('Value error, ')}{given}")
+    return "; ".join(lines)
+
+
+def gen(
+    out: Path = typer.Option(..., "--out", help="Dataset directory (a rerun with the same arguments resumes)."),
+    structures: int = typer.Option(..., "--structures", help="Number of structures; each gives 16 leaf views."),
+    seed: int = typer.Option(..., "--seed", help="Master seed (>= 0); structure i comes from (seed, candidate i)."),
+    split: str = typer.Option(..., "--split", help="train or benchmark (decided per structure by its hash)."),
+    workers: int = typer.Option(1, "--workers", help="Worker processes."),
+    renderer: str = typer.Option("none", "--renderer", help="none (ground truth only), mitsuba or isaacsim."),
+    object_type: str = typer.Option("cube", "--object-type", help="cube, or can (needs a renderer)."),
+    shard: int | None = typer.Option(None, "--shard", help="Generate only this shard (0-based; Slurm array task)."),
+    num_shards: int | None = typer.Option(None, "--num-shards", help="Shards of the run (default ceil(N/64))."),
+    resolution: int = typer.Option(512, "--resolution", help="Image side in pixels (the benchmark uses 512)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Generate cube scenes with exact ground truth: the per-view layout and parquet shards under OUT."""
+    from pydantic import ValidationError
+
+    from data_gen.generate import GenConfig, GenerationError, run
+
+    try:
+        cfg = GenConfig(out=out, structures=structures, seed=seed, split=split, workers=workers, renderer=renderer,
+                        object_type=object_type, shard=shard, num_shards=num_shards, resolution=resolution)
+    except ValidationError as exc:
+        raise _fail(_config_errors(exc), 2) from None
+    try:
+        manifest = run(cfg, progress=not quiet)
+    except GenerationError as exc:
+        raise _fail(str(exc)) from None
+    if manifest is not None:
+        c = manifest["counts"]
+        typer.echo(f"{c['structures']} structures, {c['views']} views, {len(manifest['shards'])} shard(s) in {out}")
+
+
+def gen_merge(out: Path = typer.Option(..., "--out", help="Dataset directory of a sharded (Slurm array) run.")) -> None:
+    """Verify every shard's recorded sha256 and write OUT/manifest.json."""
+    from data_gen.generate import GenerationError, merge
+
+    try:
+        manifest = merge(out)
+    except GenerationError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"manifest written: {manifest['counts']['structures']} structures, {len(manifest['shards'])} shard(s)")
+
+
+def check_splits(dirs: list[Path] = typer.Argument(..., help="Generated dataset directories.")) -> None:
+    """Exit non-zero if any structure leaks across train/benchmark, train/val or warmup/rl."""
+    from data_gen.split_check import check_splits as run_check
+
+    try:
+        report = run_check(dirs)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(report.summary())
+    if report.leaks:
+        for leak in report.leaks:
+            typer.echo(f"LEAK {leak}", err=True)
+        raise typer.Exit(1)
+
+
+def fidelity(
+    dataset: Path = typer.Argument(..., help="Generated dataset directory holding a benchmark split."),
+    reference: Path = typer.Option(
+        Path("../shared/fixtures/paper_outputs/raw/eval_raw_qwen_text.csv"), "--reference",
+        help="Released per-view evaluation CSV (its *_gt and structure columns are used)."),
+    split: str = typer.Option("benchmark", "--split", help="Which generated split to compare."),
+) -> None:
+    """Compare generated per-view distributions with the released evaluation set."""
+    from data_gen.fidelity import compare, format_report, load_generated, load_reference
+
+    try:
+        ref = load_reference(reference)
+        gen_views = load_generated(dataset, split)
+    except (ValueError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(format_report(compare(gen_views, ref), gen_views, ref))
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root app."""
+    app.command("gen")(gen)
+    app.command("gen-merge")(gen_merge)
+    app.command("check-splits")(check_splits)
+    app.command("fidelity")(fidelity)

@@ -1,0 +1,382 @@
+"""The generation run: config, structure plan, sharding, workers, resume and the final merge.
+
+Which structures a run holds: candidates ``index = 0, 1, 2, ...`` are sampled from
+``structure_rng(seed, index)``; a candidate joins the run only if ``splits.split_of`` of its
+``structure_id`` is the run's split (so benchmark and train never share a structure, also across
+separate runs), and a candidate whose ``structure_id`` was already accepted earlier in the run is
+skipped (duplicates are rare, mostly tiny structures). The first ``structures`` accepted candidates
+are the run, numbered ``sample_idx`` 1..N in acceptance order.
+
+Shards: ``num_shards`` (default ``ceil(N / 64)``) contiguous, balanced ranges of ``sample_idx``.
+The bytes of every file depend only on the arguments in ``GenConfig.identity()``, never on
+``--workers`` or on which process (or Slurm array task) wrote a shard. A shard is complete once
+its completion record ``shards/<stem>.done.json`` (written after the parquet, holding its sha256)
+exists; a rerun skips complete shards and redoes the others from scratch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from data_gen import layout, splits, structure, writer
+from spatialiq_train.io import atomic_write_bytes, atomic_write_json, read_json
+
+log = logging.getLogger(__name__)
+
+STRUCTURES_PER_SHARD = 64
+"""Default shard size when ``--num-shards`` is not given."""
+MAX_HEIGHT = 4
+"""Stack limit of the 4x4x4 grid (block ids are ``(i*cols+j)*MAX_HEIGHT+k``)."""
+RENDERERS = ("none", "mitsuba", "isaacsim")
+_RENDER_STREAM = 0x52454E44  # extra entropy word: render draws never collide with structure draws
+DEFAULT_ENVIRONMENTS = 4
+
+
+class GenerationError(RuntimeError):
+    """Generation failed; the message names the argument, view or shard."""
+
+
+class GenConfig(BaseModel):
+    """Arguments of ``spatialiq gen``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: Path
+    structures: int = Field(gt=0, description="number of structures (16 views each)")
+    seed: int = Field(ge=0, description="master seed")
+    split: Literal["train", "benchmark"]
+    workers: int = Field(1, ge=1)
+    renderer: Literal["none", "mitsuba", "isaacsim"] = "none"
+    object_type: Literal["cube", "can"] = "cube"
+    shard: int | None = Field(None, ge=0, description="only this shard (a Slurm array task)")
+    num_shards: int | None = Field(None, ge=1)
+    resolution: int = Field(512, ge=8, le=4096, description="image side; 512 is the benchmark's")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GenConfig:
+        if self.num_shards is not None and self.num_shards > self.structures:
+            raise ValueError(f"num_shards ({self.num_shards}) must be at most structures ({self.structures})")
+        if self.shard is not None:
+            if self.num_shards is None:
+                raise ValueError("shard needs num_shards (the total number of shards of the run)")
+            if self.shard >= self.num_shards:
+                raise ValueError(f"shard must be in 0..{self.num_shards - 1} (num_shards={self.num_shards}), "
+                                 f"got {self.shard}")
+        if self.object_type != "cube" and self.renderer == "none":
+            raise ValueError(f"object_type {self.object_type!r} takes its visibility from the renderer's instance "
+                             "buffer; choose renderer mitsuba or isaacsim (renderer none works for cube only)")
+        return self
+
+    @property
+    def shard_count(self) -> int:
+        return self.num_shards or math.ceil(self.structures / STRUCTURES_PER_SHARD)
+
+    def identity(self) -> dict[str, Any]:
+        """The arguments that decide the output bytes (recorded in gen_config.json and the manifest)."""
+        return {
+            "structures": self.structures, "seed": self.seed, "split": self.split, "renderer": self.renderer,
+            "object_type": self.object_type, "num_shards": self.shard_count, "resolution": self.resolution,
+        }
+
+
+def shard_range(shard: int, num_shards: int, structures: int) -> tuple[int, int]:
+    """(first, last) sample_idx of a shard, 1-based inclusive; balanced contiguous ranges."""
+    return shard * structures // num_shards + 1, (shard + 1) * structures // num_shards
+
+
+@dataclass(frozen=True)
+class PlannedStructure:
+    sample_idx: int
+    index: int
+    """Candidate index: the structure is ``sample_structure(structure_rng(seed, index))``."""
+    structure_id: str
+    height_map: np.ndarray
+
+
+def plan_structures(seed: int, split: str, upto: int) -> Iterator[PlannedStructure]:
+    """The run's accepted structures with sample_idx 1..upto, in order (see the module docstring)."""
+    seen: set[str] = set()
+    sample_idx, index = 0, 0
+    limit = 1000 * upto + 100_000
+    while sample_idx < upto:
+        if index > limit:
+            raise GenerationError(f"only {sample_idx} of {upto} structures of split {split!r} in {index} candidates")
+        hmap = structure.sample_structure(structure.structure_rng(seed, index))
+        sid = structure.structure_id(hmap)
+        if splits.split_of(sid) == split:
+            if sid in seen:
+                log.debug("candidate %d repeats structure %s; skipped", index, sid)
+            else:
+                seen.add(sid)
+                sample_idx += 1
+                yield PlannedStructure(sample_idx, index, sid, hmap)
+        index += 1
+
+
+def render_params(seed: int, index: int, num_environments: int) -> tuple[int, int]:
+    """(environment index, render seed) of a structure, derived from (seed, index) alone."""
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(index), _RENDER_STREAM]))
+    return int(rng.integers(num_environments)), int(rng.integers(2**31 - 1))
+
+
+def check_gen_config(out: Path, cfg: GenConfig) -> None:
+    """Record the run's arguments, or refuse when ``out`` was generated with different ones."""
+    path = out / layout.GEN_CONFIG_FILE
+    if path.exists():
+        old = read_json(path)
+        for key, value in cfg.identity().items():
+            if old.get(key) != value:
+                flag = "--" + key.replace("_", "-")
+                raise GenerationError(
+                    f"{out} was generated with {flag} {old.get(key)!r}, this run asks for {value!r}; "
+                    f"rerun with {flag} {old.get(key)!r} to resume, or use a new --out directory")
+        return
+    atomic_write_json(path, cfg.identity())
+
+
+def shard_complete(out: Path, split: str, shard: int, num_shards: int) -> bool:
+    """True when the shard's completion record exists and its parquet still has the recorded sha256."""
+    done = out / layout.shard_done_relpath(split, shard, num_shards)
+    parquet = out / layout.shard_parquet_relpath(split, shard, num_shards)
+    if not (done.exists() and parquet.exists()):
+        return False
+    return read_json(done).get("sha256") == writer.sha256_file(parquet)
+
+
+def run(cfg: GenConfig, renderer: Any = None, progress: bool = True) -> dict[str, Any] | None:
+    """Generate (the missing shards of) a run; returns the manifest once every shard is complete.
+
+    ``renderer`` overrides ``cfg.renderer`` with a ready object (tests inject fakes this way).
+    """
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    check_gen_config(out, cfg)
+    k = cfg.shard_count
+    wanted = [cfg.shard] if cfg.shard is not None else list(range(k))
+    todo = [s for s in wanted if not shard_complete(out, cfg.split, s, k)]
+    log.info("%d of %d shard(s) to generate in %s", len(todo), len(wanted), out)
+    if todo:
+        generate_shards(cfg, todo, renderer=renderer, progress=progress)
+    if cfg.shard is not None:
+        log.info("shard %d done; run `spatialiq gen-merge --out %s` once every shard is done", cfg.shard, out)
+        return None
+    return merge(out)
+
+
+def make_renderer(cfg: GenConfig) -> Any:
+    """The backend named by ``cfg.renderer`` (None for ``none``); a missing dependency names the pip extra."""
+    if cfg.renderer == "none":
+        return None
+    from data_gen.render import get_renderer
+
+    try:
+        return get_renderer(cfg.renderer)
+    except ImportError as exc:
+        extra = "isaacsim" if cfg.renderer == "isaacsim" else "render"
+        raise GenerationError(f"--renderer {cfg.renderer} is unavailable ({exc}); install it with: "
+                              f"pip install -e '.[{extra}]'") from exc
+
+
+def build_structure(
+    cfg: GenConfig, entry: PlannedStructure, renderer: Any
+) -> tuple[dict[str, Any], dict[Any, dict[str, Any]], dict[Any, bytes] | None]:
+    """(scene.json, {leaf: gt.json}, {leaf: PNG bytes} or None) of one planned structure."""
+    from data_gen import truth
+    from data_gen.camera import LEAF_VIEWS
+
+    hmap = entry.height_map
+    where = layout.sample_relpath(cfg.split, entry.sample_idx)
+    images, visible = _render_views(cfg, entry, renderer) if renderer is not None else (None, None)
+    try:
+        raw = truth.structure_truth(hmap, object_type=cfg.object_type, resolution=cfg.resolution, visible=visible,
+                                    sample_idx=entry.sample_idx)
+    except Exception as exc:
+        raise GenerationError(f"{where} (structure {entry.structure_id}): {type(exc).__name__}: {exc}") from exc
+    gts = {leaf: writer.gt_record(raw[leaf], entry.sample_idx) for leaf in LEAF_VIEWS}
+    scene = writer.scene_record(
+        hmap, sample_idx=entry.sample_idx, structure_id=entry.structure_id, seed=cfg.seed, index=entry.index,
+        object_type=cfg.object_type, visible_count=structure.scene_visible_count(hmap))
+    return scene, gts, images
+
+
+def _render_views(cfg: GenConfig, entry: PlannedStructure, renderer: Any) -> tuple[dict, dict | None]:
+    """Render the 16 leaves; for non-cube objects also the visible sets from the instance buffer."""
+    from data_gen.camera import LEAF_VIEWS, leaf_camera
+    from data_gen.render import SceneSpec
+
+    hmap = entry.height_map
+    rows, cols = hmap.shape
+    env, seed = render_params(cfg.seed, entry.index, int(getattr(renderer, "num_environments", DEFAULT_ENVIRONMENTS)))
+    hm = tuple(tuple(int(v) for v in row) for row in hmap.tolist())
+    images: dict = {}
+    visible: dict | None = None if cfg.object_type == "cube" else {}
+    for leaf in LEAF_VIEWS:
+        where = layout.view_relpath(cfg.split, entry.sample_idx, leaf)
+        try:
+            camera = leaf_camera(rows, cols, int(hmap.max()), leaf, cfg.resolution)
+            result = renderer.render(SceneSpec(hm, camera, cfg.object_type, env, seed))
+            images[leaf] = writer.encode_png(result.rgb)
+            if visible is not None:
+                if result.instance_ids is None:
+                    raise GenerationError(f"renderer {getattr(renderer, 'name', '?')} gives no instance ids, which "
+                                          f"object_type {cfg.object_type!r} needs for visibility")
+                from data_gen import raycast
+
+                visible[leaf] = raycast.visible_set(result.instance_ids, cols, MAX_HEIGHT)
+        except Exception as exc:
+            raise GenerationError(f"view {where}: {type(exc).__name__}: {exc}") from exc
+    return images, visible
+
+
+def process_structure(cfg: GenConfig, entry: PlannedStructure, renderer: Any) -> list[dict[str, Any]]:
+    """Build one structure, write its per-view folders and return its 16 parquet rows."""
+    scene, gts, images = build_structure(cfg, entry, renderer)
+    out = Path(cfg.out)
+    writer.write_sample(out, cfg.split, scene, gts, images)
+    parts = _partitions(cfg.split, entry.structure_id)
+    return [
+        writer.view_row(scene, gt, view=layout.view_relpath(cfg.split, entry.sample_idx, leaf), split=cfg.split,
+                        partitions=parts, image=None if images is None else images[leaf])
+        for leaf, gt in gts.items()
+    ]
+
+
+def _partitions(split: str, sid: str) -> dict[str, str | None]:
+    if split != "train":
+        return {"trainval": None, "dapo": None}
+    return {kind: splits.partition_of(sid, kind) for kind in splits.PARTITIONS}
+
+
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(cfg_json: str) -> None:
+    cfg = GenConfig.model_validate_json(cfg_json)
+    _STATE["cfg"], _STATE["renderer"] = cfg, make_renderer(cfg)
+
+
+def _work(entry: PlannedStructure) -> list[dict[str, Any]]:
+    return process_structure(_STATE["cfg"], entry, _STATE["renderer"])
+
+
+def generate_shards(cfg: GenConfig, todo: list[int], renderer: Any = None, progress: bool = True) -> None:
+    """Generate the listed shards; structures run in ``cfg.workers`` spawned processes, shards are written here."""
+    from tqdm import tqdm
+
+    k, n = cfg.shard_count, cfg.structures
+    ranges = {s: shard_range(s, k, n) for s in todo}
+    last = max(b for _, b in ranges.values())
+    shard_of = {i: s for s, (a, b) in ranges.items() for i in range(a, b + 1)}
+    entries = [e for e in plan_structures(cfg.seed, cfg.split, last) if e.sample_idx in shard_of]
+    if renderer is None:
+        renderer = make_renderer(cfg)  # also fails fast on a missing optional dependency
+    pending: dict[int, list[dict[str, Any]]] = {s: [] for s in todo}
+    left = {s: b - a + 1 for s, (a, b) in ranges.items()}
+    bar = tqdm(total=len(entries), unit="structure", desc=f"gen {cfg.split}", disable=not progress, smoothing=0.1)
+    with bar, _results(cfg, entries, renderer) as results:
+        for entry, rows in zip(entries, results, strict=True):
+            s = shard_of[entry.sample_idx]
+            pending[s].extend(rows)
+            left[s] -= 1
+            bar.update(1)
+            if left[s] == 0:
+                _finish_shard(cfg, s, pending.pop(s))
+
+
+class _results:
+    """Context manager yielding the rows of each entry in order, in-process or from a spawn pool."""
+
+    def __init__(self, cfg: GenConfig, entries: list[PlannedStructure], renderer: Any) -> None:
+        self.cfg, self.entries, self.renderer, self.pool = cfg, entries, renderer, None
+
+    def __enter__(self) -> Iterator[list[dict[str, Any]]]:
+        if self.cfg.workers == 1 or len(self.entries) <= 1:
+            return (process_structure(self.cfg, e, self.renderer) for e in self.entries)
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.pool = ctx.Pool(self.cfg.workers, initializer=_init_worker, initargs=(self.cfg.model_dump_json(),))
+        return self.pool.imap(_work, self.entries, chunksize=1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+
+
+def _finish_shard(cfg: GenConfig, shard: int, rows: list[dict[str, Any]]) -> None:
+    """Write the shard's parquet, then its completion record (the order makes the record trustworthy)."""
+    out, k = Path(cfg.out), cfg.shard_count
+    rel = layout.shard_parquet_relpath(cfg.split, shard, k)
+    data = writer.parquet_bytes(rows, with_image=cfg.renderer != "none")
+    atomic_write_bytes(out / rel, data)
+    a, b = shard_range(shard, k, cfg.structures)
+    partitions: dict[str, dict[str, int]] = {}
+    for row in rows[::16]:
+        for kind in ("trainval", "dapo"):
+            if row[kind] is not None:
+                partitions.setdefault(kind, {}).setdefault(row[kind], 0)
+                partitions[kind][row[kind]] += 1
+    record = {"shard": shard, "num_shards": k, "split": cfg.split, "first_sample": a, "last_sample": b,
+              "structures": b - a + 1, "views": len(rows), "partitions": partitions, "parquet": rel,
+              "sha256": writer.sha256_bytes(data)}
+    atomic_write_json(out / layout.shard_done_relpath(cfg.split, shard, k), record)
+    log.debug("shard %s complete (%d rows)", rel, len(rows))
+
+
+def merge(out: Path, log_fn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Verify every shard against its completion record and write ``manifest.json``; returns it."""
+    from spatialiq_train import __version__
+
+    out = Path(out)
+    cfg_path = out / layout.GEN_CONFIG_FILE
+    if not cfg_path.exists():
+        raise GenerationError(f"{out} has no {layout.GEN_CONFIG_FILE}; it is not a directory written by spatialiq gen")
+    args = read_json(cfg_path)
+    split, k = args["split"], int(args["num_shards"])
+    missing = [s for s in range(k) if not (out / layout.shard_done_relpath(split, s, k)).exists()]
+    if missing:
+        raise GenerationError(f"{len(missing)} of {k} shard(s) are not complete (shard(s) {missing[:10]}); "
+                              "rerun spatialiq gen with the same arguments for them")
+    shards, counts = [], _empty_counts()
+    for s in range(k):
+        record = read_json(out / layout.shard_done_relpath(split, s, k))
+        rel = layout.shard_parquet_relpath(split, s, k)
+        if not (out / rel).exists():
+            raise GenerationError(f"shard {rel} is missing although its completion record exists; rerun gen")
+        digest = writer.sha256_file(out / rel)
+        if digest != record["sha256"]:
+            raise GenerationError(f"shard {rel}: sha256 {digest} differs from the recorded {record['sha256']}; "
+                                  "the file was modified: delete it and its .done.json, then rerun gen")
+        shards.append({"path": rel, "sha256": digest, "rows": record["views"], "structures": record["structures"]})
+        _add_counts(counts, record, split)
+    manifest = {"generator": "spatialiq-train", "version": __version__, "arguments": args, "counts": counts,
+                "shards": shards}
+    atomic_write_json(out / layout.MANIFEST_FILE, manifest)
+    if log_fn:
+        log_fn(f"manifest: {counts['structures']} structures, {counts['views']} views in {k} shard(s)")
+    return manifest
+
+
+def _empty_counts() -> dict[str, Any]:
+    return {"structures": 0, "views": 0, "splits": {}, "partitions": {}}
+
+
+def _add_counts(counts: dict[str, Any], record: dict[str, Any], split: str) -> None:
+    counts["structures"] += record["structures"]
+    counts["views"] += record["views"]
+    per = counts["splits"].setdefault(split, {"structures": 0, "views": 0})
+    per["structures"] += record["structures"]
+    per["views"] += record["views"]
+    for kind, sides in record["partitions"].items():
+        dst = counts["partitions"].setdefault(kind, {})
+        for name, n in sides.items():
+            dst[name] = dst.get(name, 0) + n

@@ -1,0 +1,130 @@
+"""Split leakage check over one or more generated datasets (``spatialiq check-splits``).
+
+Every structure is read wherever it is recorded: each ``scene.json`` of the per-view layout (split =
+the first folder below the dataset root) and each parquet row under ``<dataset>/data/`` (split and
+partitions from its columns). A leak is:
+
+* one structure recorded in both ``train`` and ``benchmark`` (in any of the datasets);
+* one train structure recorded in both ``train`` and ``val``, or in both ``warmup`` and ``rl``;
+* a recorded split or partition that disagrees with ``splits.split_of`` / ``splits.partition_of``
+  (this is how a benchmark sample folder copied into a train dataset is caught even alone).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data_gen import layout, splits, structure
+
+
+@dataclass(frozen=True)
+class Record:
+    """One place a structure is recorded."""
+
+    structure_id: str
+    split: str
+    """``train``/``benchmark`` in our layout; other names (e.g. the released ``eval_set``) are not checked."""
+    where: str
+    partitions: tuple[tuple[str, str], ...] = ()
+    """Recorded (kind, partition) pairs, e.g. (("trainval", "val"), ("dapo", "rl")); parquet rows only."""
+
+
+@dataclass(frozen=True)
+class Leak:
+    structure_id: str
+    reason: str
+    first: str
+    second: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.first} and {self.second}" if self.second else self.first
+        return f"structure {self.structure_id}: {self.reason}: {where}"
+
+
+@dataclass
+class SplitReport:
+    records: int = 0
+    structures: dict[str, set[str]] = field(default_factory=dict)
+    leaks: list[Leak] = field(default_factory=list)
+
+    def summary(self) -> str:
+        per = ", ".join(f"{name} {len(ids)}" for name, ids in sorted(self.structures.items()))
+        status = f"{len(self.leaks)} leak(s)" if self.leaks else "no leaks"
+        return f"checked {self.records} records; structures per split: {per or 'none'}; {status}"
+
+
+def scene_records(root: Path) -> Iterator[Record]:
+    """Records from every ``scene.json`` under ``root``."""
+    for path in layout.iter_scene_files(root):
+        scene = layout.read_scene(path)
+        sid = scene.get("structure_id") or structure.structure_id(scene["height_map"])
+        yield Record(str(sid), layout.split_of_path(root, path), str(path.parent))
+
+
+def parquet_records(root: Path) -> Iterator[Record]:
+    """Records from the parquet rows under ``root/data`` (one per distinct structure, split and partitions)."""
+    import pyarrow.parquet as pq
+
+    for path in sorted((root / layout.DATA_DIR).glob("*.parquet")):
+        cols = ["structure_id", "split", "trainval", "dapo", "view"]
+        try:
+            table = pq.read_table(path, columns=cols).to_pydict()
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types; name the file
+            raise ValueError(f"{path}: cannot read columns {cols}: {exc}") from exc
+        seen: set[tuple] = set()
+        for sid, split, tv, dapo, view in zip(*(table[c] for c in cols), strict=True):
+            parts = tuple((k, v) for k, v in (("trainval", tv), ("dapo", dapo)) if v is not None)
+            key = (sid, split, parts)
+            if key not in seen:
+                seen.add(key)
+                yield Record(sid, split, f"{path}:{view}", parts)
+
+
+def find_leaks(records: Iterable[Record]) -> list[Leak]:
+    """All leaks among ``records`` (see the module docstring), in a stable order."""
+    by_sid: dict[str, list[Record]] = defaultdict(list)
+    leaks: list[Leak] = []
+    for rec in records:
+        by_sid[rec.structure_id].append(rec)
+        if rec.split in splits.SPLITS and splits.split_of(rec.structure_id) != rec.split:
+            leaks.append(Leak(rec.structure_id, f"recorded in {rec.split} but split_of gives "
+                                                f"{splits.split_of(rec.structure_id)}", rec.where))
+        for kind, name in rec.partitions:
+            if rec.split == "train" and splits.partition_of(rec.structure_id, kind) != name:
+                leaks.append(Leak(rec.structure_id, f"recorded in {kind} partition {name} but partition_of gives "
+                                                    f"{splits.partition_of(rec.structure_id, kind)}", rec.where))
+    for sid, recs in by_sid.items():
+        first_by_split: dict[str, Record] = {}
+        for rec in recs:
+            first_by_split.setdefault(rec.split, rec)
+        if "train" in first_by_split and "benchmark" in first_by_split:
+            leaks.append(Leak(sid, "in both train and benchmark", first_by_split["train"].where,
+                              first_by_split["benchmark"].where))
+        for kind, (small, large, _) in splits.PARTITIONS.items():
+            seen: dict[str, Record] = {}
+            for rec in recs:
+                for k, name in rec.partitions:
+                    if k == kind and rec.split == "train":
+                        seen.setdefault(name, rec)
+            if small in seen and large in seen:
+                leaks.append(Leak(sid, f"in both {large} and {small}", seen[large].where, seen[small].where))
+    return leaks
+
+
+def check_splits(dirs: Iterable[str | Path]) -> SplitReport:
+    """Read every structure of the given datasets and report leaks; a missing directory is a ValueError."""
+    records: list[Record] = []
+    for d in dirs:
+        root = Path(d)
+        if not root.is_dir():
+            raise ValueError(f"{root}: not a directory (expected a dataset written by spatialiq gen)")
+        records.extend(scene_records(root))
+        records.extend(parquet_records(root))
+    report = SplitReport(records=len(records))
+    for rec in records:
+        report.structures.setdefault(rec.split, set()).add(rec.structure_id)
+    report.leaks = find_leaks(records)
+    return report

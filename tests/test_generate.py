@@ -1,0 +1,294 @@
+"""Generation pipeline: layout, parquet, manifest, determinism, resume, sharding, errors (data_gen.generate)."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from data_gen import generate, layout, splits, structure, writer
+from data_gen.camera import LEAF_VIEWS
+from data_gen.generate import GenConfig, GenerationError, run
+from spatialiq_train.cli import app
+
+RES = 48  # small images keep the ray casts fast; test_resolution_512 covers the benchmark size once
+GT_KEYS = ["object_type", "sample_idx", "view_idx", "offset", "fov", "dist", "task1", "task_main", "task2", "task3",
+           "task4", "total_blocks", "num_hidden_blocks", "num_columns", "num_layers", "task5", "task6", "task7",
+           "task8", "task9", "task10", "task11", "visible_blocks"]
+SCENE_KEYS = ["height_map", "rows", "cols", "total_blocks", "visible_blocks", "non_visible_blocks", "level",
+              "sample_idx", "structure_id", "seed", "index", "object_type"]
+
+
+@pytest.fixture
+def truth() -> types.ModuleType:
+    """The ground-truth module (tests patch its structure_truth to simulate crashes)."""
+    import data_gen.truth as module
+
+    return module
+
+
+def cfg(out: Path, **kw: object) -> GenConfig:
+    base: dict[str, object] = {"out": out, "structures": 3, "seed": 7, "split": "train", "resolution": RES}
+    base.update(kw)
+    return GenConfig(**base)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+class FakeRenderer:
+    """Instance ids from the exact ray caster, an RGB image that depends on the spec; can fail on call N."""
+
+    name = "fake"
+    num_environments = 4
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.calls, self.fail_on, self.specs = 0, fail_on, []
+
+    def render(self, spec):  # noqa: ANN001, ANN201
+        from data_gen import raycast
+        from data_gen.render import RenderResult
+
+        self.calls += 1
+        self.specs.append(spec)
+        if self.fail_on is not None and self.calls == self.fail_on:
+            raise RuntimeError("simulated renderer crash")
+        ids, _ = raycast.cast(np.asarray(spec.height_map), spec.camera)
+        ids = np.asarray(ids).reshape(spec.camera.resolution, spec.camera.resolution)
+        rgb = np.zeros((*ids.shape, 3), np.uint8)
+        rgb[..., 0] = (ids + 1) * 3 % 256
+        rgb[..., 1] = spec.environment * 60
+        return RenderResult(rgb=rgb, instance_ids=ids)
+
+
+def test_layout_and_keys(tmp_path: Path, truth: types.ModuleType) -> None:
+    manifest = run(cfg(tmp_path, structures=2, split="benchmark"), progress=False)
+    scenes = list(layout.iter_scene_files(tmp_path))
+    assert [p.relative_to(tmp_path).as_posix() for p in scenes] == [
+        "benchmark/level_1/sample_00001/scene.json", "benchmark/level_1/sample_00002/scene.json"]
+    scene = json.loads(scenes[0].read_text())
+    assert list(scene) == SCENE_KEYS
+    hmap = np.array(scene["height_map"])
+    assert scene["structure_id"] == structure.structure_id(hmap)
+    assert splits.split_of(scene["structure_id"]) == "benchmark"
+    assert np.array_equal(hmap, structure.sample_structure(structure.structure_rng(7, scene["index"])))
+    assert scene["total_blocks"] == hmap.sum() and scene["visible_blocks"] == structure.scene_visible_count(hmap)
+    views = list(layout.iter_leaf_dirs(scenes[0].parent))
+    assert len(views) == 16 and {v.leaf for v in views} == set(LEAF_VIEWS)
+    gt_text = (views[0].path / "gt.json").read_text()
+    gt = json.loads(gt_text)
+    assert [k for k in gt if k in GT_KEYS] == GT_KEYS and gt["sample_idx"] == 1
+    assert gt_text.startswith('{\n  "object_type"')  # indent 2
+    assert not list(tmp_path.rglob("view.png"))  # renderer none
+    assert manifest is not None and manifest["counts"]["views"] == 32
+    assert manifest["counts"]["splits"] == {"benchmark": {"structures": 2, "views": 32}}
+    assert manifest["arguments"]["seed"] == 7 and str(tmp_path) not in json.dumps(manifest)
+
+
+def test_parquet_loads_with_datasets_one_row_per_view(tmp_path: Path, truth: types.ModuleType) -> None:
+    datasets = pytest.importorskip("datasets")
+    run(cfg(tmp_path, structures=3), progress=False)
+    files = sorted(str(p) for p in (tmp_path / "data").glob("*.parquet"))
+    ds = datasets.load_dataset("parquet", data_files=files, split="train")
+    assert len(ds) == 48
+    row = ds[0]
+    sid = row["structure_id"]
+    assert row["trainval"] == splits.partition_of(sid, "trainval") and row["dapo"] == splits.partition_of(sid, "dapo")
+    gt = layout.read_gt(tmp_path / row["view"])
+    for key in ("task_main", "task5", "num_hidden_blocks", "task9", "view_idx", "offset"):
+        assert row[key] == gt[key]
+    assert row["visible_blocks"] == gt["visible_blocks"]
+    assert sorted({(r["sample_idx"], r["view"]) for r in ds}) == sorted(
+        (i, layout.view_relpath("train", i, leaf)) for i in (1, 2, 3) for leaf in LEAF_VIEWS)
+
+
+def test_same_seed_same_bytes_and_other_seed_differs(tmp_path: Path, truth: types.ModuleType) -> None:
+    run(cfg(tmp_path / "a"), progress=False)
+    run(cfg(tmp_path / "b"), progress=False)
+    run(cfg(tmp_path / "c", seed=8), progress=False)
+    a, b, c = tree(tmp_path / "a"), tree(tmp_path / "b"), tree(tmp_path / "c")
+    assert a == b
+    assert a["data/train-00000-of-00001.parquet"] != c["data/train-00000-of-00001.parquet"]
+    assert not [name for name in a if name.endswith(".tmp") or "/." in name]
+
+
+def test_resume_after_interruption_is_byte_identical(
+    tmp_path: Path, truth: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean = tmp_path / "clean"
+    run(cfg(clean, structures=6, num_shards=3), progress=False)
+    original = truth.structure_truth
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls["n"] += 1
+        if calls["n"] == 4:  # shard 0 (samples 1-2) finishes, shard 1 dies on its second structure
+            raise RuntimeError("simulated crash")
+        return original(*args, **kwargs)
+
+    broken = tmp_path / "broken"
+    monkeypatch.setattr(truth, "structure_truth", flaky)
+    with pytest.raises(GenerationError, match=r"train/level_1/sample_00004.*simulated crash"):
+        run(cfg(broken, structures=6, num_shards=3), progress=False)
+    assert generate.shard_complete(broken, "train", 0, 3)
+    assert not generate.shard_complete(broken, "train", 1, 3)
+    assert not (broken / "data/train-00001-of-00003.parquet").exists()
+    assert not (broken / "manifest.json").exists()
+    assert not [p for p in broken.rglob("*") if p.name.endswith(".tmp")]
+    monkeypatch.setattr(truth, "structure_truth", original)
+    calls["n"] = 0
+    run(cfg(broken, structures=6, num_shards=3), progress=False)
+    assert tree(broken) == tree(clean)
+
+
+def test_shards_and_merge_match_a_single_run(tmp_path: Path, truth: types.ModuleType) -> None:
+    whole = tmp_path / "whole"
+    run(cfg(whole, structures=5, num_shards=2), progress=False)
+    split_run = tmp_path / "split"
+    for shard in (1, 0):
+        assert run(cfg(split_run, structures=5, num_shards=2, shard=shard), progress=False) is None
+    assert not (split_run / "manifest.json").exists()
+    result = CliRunner().invoke(app, ["gen-merge", "--out", str(split_run)])
+    assert result.exit_code == 0, result.output
+    assert tree(split_run) == tree(whole)
+
+
+def test_merge_detects_tampering_and_missing_shards(tmp_path: Path, truth: types.ModuleType) -> None:
+    run(cfg(tmp_path / "partial", structures=4, num_shards=2, shard=0), progress=False)
+    result = CliRunner().invoke(app, ["gen-merge", "--out", str(tmp_path / "partial")])
+    assert result.exit_code == 1 and "1 of 2 shard(s) are not complete" in result.output
+    run(cfg(tmp_path / "d", structures=2), progress=False)
+    shard = tmp_path / "d" / "data/train-00000-of-00001.parquet"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    result = CliRunner().invoke(app, ["gen-merge", "--out", str(tmp_path / "d")])
+    assert result.exit_code == 1 and "train-00000-of-00001.parquet: sha256" in result.output
+    assert not generate.shard_complete(tmp_path / "d", "train", 0, 1)  # a rerun of gen would redo it
+
+
+def test_rerun_with_other_arguments_names_the_argument(tmp_path: Path, truth: types.ModuleType) -> None:
+    run(cfg(tmp_path, structures=2), progress=False)
+    with pytest.raises(GenerationError, match="--seed 7.*this run asks for 9"):
+        run(cfg(tmp_path, structures=2, seed=9), progress=False)
+    with pytest.raises(GenerationError, match="--structures"):
+        run(cfg(tmp_path, structures=3), progress=False)
+    before = tree(tmp_path)
+    run(cfg(tmp_path, structures=2, workers=3), progress=False)  # workers do not change the bytes: nothing to do
+    assert tree(tmp_path) == before
+
+
+def test_plan_skips_other_split_and_duplicates() -> None:
+    plan = list(generate.plan_structures(3, "benchmark", 4))
+    assert [p.sample_idx for p in plan] == [1, 2, 3, 4]
+    assert len({p.structure_id for p in plan}) == 4
+    assert all(splits.split_of(p.structure_id) == "benchmark" for p in plan)
+    indices = [p.index for p in plan]
+    assert indices == sorted(indices) and indices[-1] >= 4  # other candidates went to train
+    skipped = [i for i in range(indices[-1]) if i not in indices]
+    for i in skipped:
+        sid = structure.structure_id(structure.sample_structure(structure.structure_rng(3, i)))
+        assert splits.split_of(sid) == "train" or sid in {p.structure_id for p in plan}
+
+
+def test_shard_ranges_cover_every_sample_once() -> None:
+    for n, k in ((5, 2), (64, 1), (100, 7), (3, 3)):
+        covered = [i for s in range(k) for i in range(generate.shard_range(s, k, n)[0],
+                                                        generate.shard_range(s, k, n)[1] + 1)]
+        assert covered == list(range(1, n + 1))
+    assert GenConfig(out=Path("x"), structures=130, seed=0, split="train").shard_count == 3
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--structures", "0"], "--structures: Input should be greater than 0"),
+    (["--split", "val"], "--split: Input should be 'train' or 'benchmark'"),
+    (["--renderer", "blender"], "--renderer: Input should be 'none', 'mitsuba' or 'isaacsim'"),
+    (["--object-type", "mug"], "--object-type: Input should be 'cube' or 'can'"),
+    (["--shard", "2", "--num-shards", "2"], "shard must be in 0..1"),
+    (["--shard", "0"], "shard needs num_shards"),
+    (["--object-type", "can"], "choose renderer mitsuba or isaacsim"),
+    (["--seed", "-1"], "--seed: Input should be greater than or equal to 0"),
+])
+def test_bad_arguments_exit_nonzero_naming_the_argument(tmp_path: Path, args: list[str], message: str) -> None:
+    base = {"--out": str(tmp_path / "o"), "--structures": "2", "--seed": "1", "--split": "train"}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    result = CliRunner().invoke(app, ["gen", *[x for kv in base.items() for x in kv]])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_gen_end_to_end(tmp_path: Path, truth: types.ModuleType) -> None:
+    result = CliRunner().invoke(app, ["gen", "--out", str(tmp_path), "--structures", "2", "--seed", "5", "--split",
+                                      "train", "--resolution", str(RES), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "2 structures, 32 views, 1 shard(s)" in result.output
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    shard = manifest["shards"][0]
+    assert shard["sha256"] == writer.sha256_file(tmp_path / shard["path"])
+
+
+def test_renderer_writes_png_and_image_column(tmp_path: Path, truth: types.ModuleType) -> None:
+    datasets = pytest.importorskip("datasets")
+    renderer = FakeRenderer()
+    run(cfg(tmp_path, structures=1, renderer="mitsuba"), renderer=renderer, progress=False)
+    assert renderer.calls == 16
+    assert len({(s.environment, s.seed) for s in renderer.specs}) == 1  # one environment per structure
+    pngs = sorted(tmp_path.rglob("view.png"))
+    assert len(pngs) == 16
+    files = [str(p) for p in (tmp_path / "data").glob("*.parquet")]
+    ds = datasets.load_dataset("parquet", data_files=files, split="train")
+    assert isinstance(ds.features["image"], datasets.Image)
+    img = ds[0]["image"]
+    assert img.size == (RES, RES) and img.mode == "RGB"
+    assert (tmp_path / ds[0]["view"] / "view.png").read_bytes() == writer.encode_png(np.asarray(img))
+
+
+def test_can_visibility_comes_from_the_instance_buffer(tmp_path: Path) -> None:
+    run(cfg(tmp_path / "cube", structures=1), progress=False)
+    run(cfg(tmp_path / "can", structures=1, renderer="mitsuba", object_type="can"), renderer=FakeRenderer(),
+        progress=False)
+    for leaf in LEAF_VIEWS:
+        rel = layout.view_relpath("train", 1, leaf)
+        cube, can = layout.read_gt(tmp_path / "cube" / rel), layout.read_gt(tmp_path / "can" / rel)
+        assert can["object_type"] == "can" and can["visible_blocks"] == cube["visible_blocks"]
+
+
+def test_renderer_crash_names_the_view_and_leaves_the_shard_incomplete(
+    tmp_path: Path, truth: types.ModuleType
+) -> None:
+    with pytest.raises(GenerationError, match=r"view train/level_1/sample_00001/view_0\d/offset.*simulated renderer"):
+        run(cfg(tmp_path, structures=1, renderer="mitsuba"), renderer=FakeRenderer(fail_on=5), progress=False)
+    assert not generate.shard_complete(tmp_path, "train", 0, 1)
+    assert not (tmp_path / "shards").exists()
+
+
+def test_missing_renderer_dependency_gives_install_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import data_gen.render
+
+    def absent(name: str, **_: object) -> None:
+        raise ImportError("No module named 'mitsuba'")
+
+    monkeypatch.setattr(data_gen.render, "get_renderer", absent)
+    with pytest.raises(GenerationError, match=r"pip install -e '\.\[render\]'"):
+        run(cfg(tmp_path, structures=1, renderer="mitsuba"), progress=False)
+
+
+def test_workers_give_identical_bytes(tmp_path: Path) -> None:
+    run(cfg(tmp_path / "one", structures=4, num_shards=2), progress=False)
+    run(cfg(tmp_path / "two", structures=4, num_shards=2, workers=2), progress=False)
+    assert tree(tmp_path / "one") == tree(tmp_path / "two")
+
+
+def test_resolution_512(tmp_path: Path) -> None:
+    run(GenConfig(out=tmp_path, structures=1, seed=1, split="train"), progress=False)
+    gts = [layout.read_gt(v.path) for v in layout.iter_leaf_dirs(tmp_path / layout.sample_relpath("train", 1))]
+    assert len(gts) == 16
+    assert all(g["task5"] + g["num_hidden_blocks"] == g["task_main"] for g in gts)
+    assert json.loads((tmp_path / "gen_config.json").read_text())["resolution"] == 512
