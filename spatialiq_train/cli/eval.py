@@ -1,9 +1,158 @@
-"""`spatialiq` commands for the eval area."""
+"""`spatialiq eval ...`: sample, score, report, compare, and reproduce the published tables."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import typer
+
+log = logging.getLogger(__name__)
+
+eval_app = typer.Typer(name="eval", help="Sample checkpoints, score them, write reports, reproduce paper tables.",
+                       no_args_is_help=True)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+@eval_app.command("paper-tables")
+def paper_tables(
+    raw: Path = typer.Option(..., "--raw", help="Folder with eval_raw_<model>_text.csv files (released layout)."),
+    out: Path = typer.Option(..., "--out", help="Output folder for summary.csv, summation_2x2.csv, ..."),
+    convention: str | None = typer.Option(
+        None, "--convention",
+        help="Force prerequisite_given_dependent or dependent_given_prerequisite for every model "
+             "(default: per model, as the published tables do)."),
+) -> None:
+    """Summary, summation 2x2, composition and per-task accuracy tables from released raw files."""
+    from eval.paper_tables import write_paper_tables
+
+    try:
+        written = write_paper_tables(raw, out, convention)
+    except (ValueError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+    for name in written:
+        typer.echo(str(out / name))
+
+
+@eval_app.command("sample")
+def sample(
+    model: Path = typer.Option(..., "--model", help="Checkpoint folder (HF format, safetensors)."),
+    data: Path = typer.Option(..., "--data", help="Dataset root (our layout or the released benchmark layout)."),
+    out: Path = typer.Option(..., "--out", help="Completions JSONL (appended to; a rerun resumes)."),
+    split: str = typer.Option("benchmark", "--split", help="Sub-folder of --data to read when it exists."),
+    mode: str = typer.Option("from-trace", "--mode", help="from-trace or independent."),
+    k: int = typer.Option(10, "--k", help="Completions per scene and task."),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
+    engine: str = typer.Option("auto", "--engine", help="auto (vLLM when installed), vllm or transformers."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="vLLM GPUs per model (4+ for 32B)."),
+    device: str = typer.Option("cpu", "--device", help="transformers engine device."),
+    dialect: str | None = typer.Option(None, "--dialect", help="training or type1 (default by mode)."),
+    cot_system_prompt: bool = typer.Option(True, "--cot-system-prompt/--no-cot-system-prompt"),
+    tasks: str | None = typer.Option(None, "--tasks", help="independent mode: comma-separated task ids."),
+    limit: int | None = typer.Option(None, "--limit", help="Only the first N scenes (smoke runs)."),
+    seed: int = typer.Option(0, "--seed"),
+    batch_size: int = typer.Option(16, "--batch-size", help="Requests per engine call (and per append)."),
+) -> None:
+    """Draw k completions per benchmark scene; an interrupted run continues where it stopped."""
+    from pydantic import ValidationError
+
+    from eval.engines import make_engine
+    from eval.sample import SamplingConfig, run_sampling
+    from eval.scenes import find_scenes
+
+    try:
+        config = SamplingConfig(mode=mode, k=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                                dialect=dialect, cot_system_prompt=cot_system_prompt, seed=seed,
+                                tasks=tasks.split(",") if tasks else None, batch_size=batch_size)
+        config.task_list()
+        scenes = find_scenes(data, split)[:limit]
+    except (ValidationError, ValueError, KeyError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+    try:
+        gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device)
+    except (RuntimeError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    report = run_sampling(scenes, gen_engine, config, out,
+                          progress=lambda done, total: log.info("%d/%d completions", done, total))
+    typer.echo(f"{out}: {report.already_done} already on file, {report.written} written")
+
+
+@eval_app.command("score")
+def score(
+    completions: Path = typer.Option(..., "--completions", help="Completions JSONL from `spatialiq eval sample`."),
+    data: Path = typer.Option(..., "--data", help="Dataset root the completions were sampled from."),
+    out: Path = typer.Option(..., "--out", help="Output folder."),
+    name: str = typer.Option(..., "--name", help="Responder name (used in file names and tables)."),
+    split: str = typer.Option("benchmark", "--split"),
+    mode: str | None = typer.Option(None, "--mode", help="from-trace or independent (default: from the file)."),
+    k: int | None = typer.Option(None, "--k", help="Samples per scene (default: the largest index in the file + 1)."),
+    convention: str = typer.Option("dependent_given_prerequisite", "--convention",
+                                   help="Conditional convention of the summary columns (both are also reported)."),
+) -> None:
+    """Metrics JSON plus an eval_raw_<name>_text.csv export in the released layout."""
+    from eval.completions import load_completions
+    from eval.hierarchy import check_convention
+    from eval.rawcsv import write_raw_csv
+    from eval.scenes import find_scenes
+    from eval.score import collect_predictions, first_sample_table, jsonable, score_predictions
+    from spatialiq_train.io import atomic_write_json
+
+    if mode not in (None, "from-trace", "independent"):
+        raise _fail(f"--mode must be from-trace or independent, got {mode!r}")
+    try:
+        conv = check_convention(convention)
+        scenes = find_scenes(data, split)
+        records = load_completions(completions)
+    except (ValueError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+    preds = collect_predictions(scenes, records, mode, k)  # type: ignore[arg-type]
+    metrics = score_predictions(preds, name, conv)
+    metrics_path = out / f"metrics_{name}.json"
+    atomic_write_json(metrics_path, jsonable(metrics))
+    write_raw_csv(out / f"eval_raw_{name}_text.csv", first_sample_table(preds, name))
+    oc = metrics["object_counting"]
+    typer.echo(f"{metrics_path}: acc@1 {oc.get('acc@1'):.4f}  maj@{preds.k} {oc.get(f'maj@{preds.k}'):.4f}  "
+               f"pass@{preds.k} {oc.get(f'pass@{preds.k}'):.4f}  unparseable {preds.counts['unparseable']}  "
+               f"absent {preds.counts['absent']}")
+
+
+@eval_app.command("report")
+def report(
+    metrics: list[Path] = typer.Option(..., "--metrics", help="metrics_<name>.json files (repeat the option)."),
+    out: Path = typer.Option(..., "--out", help="Output folder for report.md, report.json and PNG plots."),
+) -> None:
+    """Markdown report with plots (2x2 heatmaps, difficulty bins, object types) and a JSON with every number."""
+    from eval.report import write_report
+
+    try:
+        path = write_report(metrics, out)
+    except (ValueError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(str(path))
+
+
+@eval_app.command("compare")
+def compare(
+    raw: list[Path] = typer.Option(..., "--raw", help="eval_raw_* files or folders holding them (repeatable)."),
+    out: Path = typer.Option(..., "--out", help="Output folder for mcnemar.csv."),
+    task: str = typer.Option("main", "--task", help="Task column to compare (default Object Counting)."),
+) -> None:
+    """Paired exact McNemar tests between every pair of responders, Benjamini-Hochberg adjusted."""
+    from eval.compare import write_comparison
+
+    try:
+        path = write_comparison(raw, out, task)
+    except (ValueError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(str(path))
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root app."""
+    app.add_typer(eval_app, name="eval")

@@ -1,0 +1,104 @@
+"""The completions file: one JSON object per line, keyed by (view, task, sample index), append-only.
+
+Record: ``{"view": str, "task": str, "sample": int, "text": str}`` (plus optional ``finish_reason``).
+A run appends each finished request's completions and flushes them to disk, so an interrupted run
+loses at most the request in flight; :func:`load_completions` drops a half-written last line (and
+:func:`repair_tail` cuts it off before appending) so a resumed run never repeats a finished completion.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class Completion:
+    view: str
+    task: str
+    sample: int
+    text: str
+    finish_reason: str | None = None
+
+    @property
+    def key(self) -> Key:
+        return (self.view, self.task, self.sample)
+
+    def to_json(self) -> str:
+        obj: dict[str, object] = {"view": self.view, "task": self.task, "sample": self.sample, "text": self.text}
+        if self.finish_reason is not None:
+            obj["finish_reason"] = self.finish_reason
+        return json.dumps(obj, ensure_ascii=False)
+
+
+def _parse(line: str, path: Path, lineno: int) -> Completion:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: line {lineno}: invalid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: line {lineno}: expected an object with view, task, sample, text")
+    view, task, sample, text = obj.get("view"), obj.get("task"), obj.get("sample"), obj.get("text")
+    if not isinstance(view, str) or not isinstance(task, str):
+        raise ValueError(f"{path}: line {lineno}: 'view' and 'task' must be strings")
+    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
+        raise ValueError(f"{path}: line {lineno}: 'sample' must be a non-negative integer, got {sample!r}")
+    if text is not None and not isinstance(text, str):
+        raise ValueError(f"{path}: line {lineno}: 'text' must be a string or null")
+    reason = obj.get("finish_reason")
+    return Completion(view, task, sample, text if text is not None else "", reason if isinstance(reason, str) else None)
+
+
+def load_completions(path: str | Path) -> dict[Key, Completion]:
+    """Every completion in ``path`` by key (first occurrence wins); a truncated last line is ignored."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    data = path.read_text(encoding="utf-8")
+    lines = data.split("\n")
+    complete, tail = lines[:-1], lines[-1]
+    if tail.strip():
+        log.warning("%s: ignoring a half-written last line (interrupted run)", path)
+    out: dict[Key, Completion] = {}
+    for lineno, line in enumerate(complete, start=1):
+        if not line.strip():
+            continue
+        rec = _parse(line, path, lineno)
+        if rec.key in out:
+            log.warning("%s: line %d repeats %s; keeping the first", path, lineno, rec.key)
+            continue
+        out[rec.key] = rec
+    return out
+
+
+def repair_tail(path: str | Path) -> None:
+    """Cut a half-written last line off ``path`` so appends start on a fresh line."""
+    path = Path(path)
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with path.open("r+b") as fh:
+            fh.truncate(data.rfind(b"\n") + 1)
+
+
+def append_completions(path: str | Path, records: Iterable[Completion]) -> int:
+    """Append records as JSON lines and fsync; returns how many were written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(r.to_json() + "\n" for r in records)
+    if not text:
+        return 0
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return text.count("\n")

@@ -1,0 +1,151 @@
+"""k completions per benchmark scene through a generation engine, resumable (metrics.md section 2).
+
+Modes:
+
+* ``from-trace``: one Object Counting prompt per view (training dialect by default, with the CoT
+  system prompt unless disabled); the sub-task answers are parsed from the chain of thought.
+* ``independent``: one prompt per sub-task (Type1 dialect by default); task10/task11 send this
+  view's image and the partner view's image (``view_{(v+step-1)%4+1}``, same leaf).
+
+Completions are appended to a JSONL file keyed by (view, task, sample index). A resumed run reads
+that file first and asks the engine only for the sample indices that are not there yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from eval.completions import Completion, Key, append_completions, load_completions, repair_tail
+from eval.scenes import Scene
+from spatialiq_train.prompts import COT_SYSTEM_PROMPT
+from spatialiq_train.tasks import INTEGER_TASKS, Dialect, build_prompt, get_task
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["from-trace", "independent"]
+PARTNER_STEP = {"task10": 1, "task11": 2}
+
+
+class SamplingConfig(BaseModel):
+    """Decoding and prompting settings of one sampling run (defaults: the paper's recipe, Appendix H.1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Mode = "from-trace"
+    k: int = Field(10, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(1024, ge=1)
+    dialect: Dialect | None = None
+    """Prompt dialect; None = ``training`` for from-trace, ``type1`` for independent."""
+    cot_system_prompt: bool = True
+    """from-trace only: send the CoT system prompt."""
+    tasks: list[str] | None = None
+    """independent only: tasks to ask (default: every integer task)."""
+    seed: int = 0
+    batch_size: int = Field(16, ge=1)
+
+    def prompt_dialect(self) -> Dialect:
+        if self.dialect is not None:
+            return self.dialect
+        return "training" if self.mode == "from-trace" else "type1"
+
+    def task_list(self) -> list[str]:
+        if self.mode == "from-trace":
+            return ["task_main"]
+        tasks = self.tasks or list(INTEGER_TASKS)
+        return [get_task(t).id for t in tasks]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One prompt for one (view, task) and the sample indices still to draw for it."""
+
+    view: str
+    task: str
+    prompt: str
+    system: str | None
+    images: tuple[Path, ...]
+    samples: tuple[int, ...]
+    seed: int
+
+
+class Engine(Protocol):
+    """Generates ``len(request.samples)`` completions for each request, in order."""
+
+    def generate(self, requests: Sequence[Request], config: SamplingConfig) -> list[list[str]]: ...
+
+
+def request_seed(base: int, view: str, task: str, first_sample: int) -> int:
+    """A 63-bit seed derived from the run seed and the request key (independent of run order and resumes)."""
+    digest = hashlib.sha256(f"{base}|{view}|{task}|{first_sample}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def plan_requests(scenes: Sequence[Scene], config: SamplingConfig, done: set[Key] | dict[Key, object]) -> list[Request]:
+    """Requests for every (scene, task) with sample indices not in ``done``; tasks lacking partner views are skipped."""
+    dialect = config.prompt_dialect()
+    system = COT_SYSTEM_PROMPT if config.mode == "from-trace" and config.cot_system_prompt else None
+    prompts = {t: build_prompt(t, dialect) for t in config.task_list()}
+    requests: list[Request] = []
+    for scene in scenes:
+        for task, prompt in prompts.items():
+            missing = tuple(i for i in range(config.k) if (scene.view, task, i) not in done)
+            if not missing:
+                continue
+            images: tuple[Path, ...] = (scene.image,)
+            if task in PARTNER_STEP:
+                partner = scene.partner_image(PARTNER_STEP[task])
+                if not partner.parent.is_dir():
+                    log.warning("%s: partner view %s is absent; %s not asked", scene.view, partner.parent, task)
+                    continue
+                images = (scene.image, partner)
+            requests.append(Request(scene.view, task, prompt, system, images, missing,
+                                    request_seed(config.seed, scene.view, task, missing[0])))
+    return requests
+
+
+@dataclass(frozen=True)
+class SamplingReport:
+    already_done: int
+    requested: int
+    written: int
+
+
+def run_sampling(
+    scenes: Sequence[Scene],
+    engine: Engine,
+    config: SamplingConfig,
+    out_path: str | Path,
+    progress: Callable[[int, int], None] | None = None,
+) -> SamplingReport:
+    """Draw the missing completions batch by batch, appending each batch to ``out_path`` as soon as it returns."""
+    out_path = Path(out_path)
+    repair_tail(out_path)
+    done = load_completions(out_path)
+    requests = plan_requests(scenes, config, done)
+    total = sum(len(r.samples) for r in requests)
+    log.info("%d completions on file, %d to draw in %d requests", len(done), total, len(requests))
+    written = 0
+    for start in range(0, len(requests), config.batch_size):
+        batch = requests[start:start + config.batch_size]
+        outputs = engine.generate(batch, config)
+        if len(outputs) != len(batch):
+            raise RuntimeError(f"engine returned {len(outputs)} results for {len(batch)} requests")
+        records = []
+        for req, texts in zip(batch, outputs, strict=True):
+            if len(texts) != len(req.samples):
+                raise RuntimeError(f"engine returned {len(texts)} completions for {req.view} {req.task}, "
+                                   f"expected {len(req.samples)}")
+            records += [Completion(req.view, req.task, i, t) for i, t in zip(req.samples, texts, strict=True)]
+        written += append_completions(out_path, records)
+        if progress is not None:
+            progress(written, total)
+    return SamplingReport(len(done), total, written)

@@ -1,0 +1,178 @@
+"""Score sampled completions against benchmark ground truth: every metric of metrics.md in one JSON.
+
+Parsing is the shared :mod:`spatialiq_train.parsing`: ``parse_integer_answer`` for independent mode,
+``parse_trace`` for from-trace mode. The hierarchy columns, the 2x2, composition, per-task accuracy
+and breakdowns use the first sample (acc@1), exactly as the released per-view files do; that sample
+is also exported as ``eval_raw_<name>_text.csv``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from eval.breakdowns import object_counting_breakdowns
+from eval.completions import Completion, Key
+from eval.decoding import decoding_metrics
+from eval.faithfulness import invariants_hold, self_consistent, trace_audit
+from eval.hierarchy import CONVENTIONS, Convention, composition, summary_row, summation_2x2
+from eval.rawcsv import META_COLUMNS, TASK_ORDER, ResponderTable
+from eval.sample import Mode
+from eval.scenes import Scene
+from eval.stats import accuracy
+from spatialiq_train.parsing import parse_integer_answer, parse_trace
+from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES, get_task
+
+log = logging.getLogger(__name__)
+
+TRACE_TASKS: tuple[str, ...] = tuple(COT_LINE_TASKS[n] for n in SCORED_COT_LINES)
+
+
+def column_of(task: str) -> str:
+    """Released column prefix of a task id (``task_main`` -> ``main``)."""
+    return get_task(task).csv_column
+
+
+@dataclass
+class SampledPredictions:
+    """Parsed predictions, ``(scenes, k)`` per released task column, NaN where absent or unparseable."""
+
+    scenes: list[Scene]
+    k: int
+    mode: Mode
+    pred: dict[str, np.ndarray]
+    gt: dict[str, np.ndarray]
+    line_visible: np.ndarray | None = None
+    line_hidden: np.ndarray | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def infer_mode(completions: Mapping[Key, Completion]) -> Mode:
+    """from-trace when every completion answers Object Counting, else independent."""
+    return "from-trace" if all(c.task == "task_main" for c in completions.values()) else "independent"
+
+
+def _gt_array(scenes: Sequence[Scene], task: str) -> np.ndarray:
+    return np.array([float(s.gt[task]) if s.gt.get(task) is not None else math.nan for s in scenes])
+
+
+def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Completion], mode: Mode | None = None,
+                        k: int | None = None) -> SampledPredictions:
+    """Parse every completion into the per-task prediction arrays; count absent and unparseable ones."""
+    mode = mode or infer_mode(completions)
+    k = k or max((c.sample + 1 for c in completions.values()), default=1)
+    row = {s.view: i for i, s in enumerate(scenes)}
+    if mode == "from-trace":
+        asked = ["task_main"]
+        columns = [*TRACE_TASKS, "task_main"]
+    else:
+        asked = sorted({c.task for c in completions.values()}, key=lambda t: TASK_ORDER.index(column_of(t)))
+        columns = asked
+    shape = (len(scenes), k)
+    pred = {column_of(t): np.full(shape, np.nan) for t in columns}
+    gt = {column_of(t): _gt_array(scenes, t) for t in columns}
+    line_visible = np.full(shape, np.nan) if mode == "from-trace" else None
+    line_hidden = np.full(shape, np.nan) if mode == "from-trace" else None
+    counts = {"completions": 0, "unknown_view_or_task": 0, "beyond_k": 0, "unparseable": 0}
+    for c in completions.values():
+        i = row.get(c.view)
+        if i is None or c.task not in asked:
+            counts["unknown_view_or_task"] += 1
+            continue
+        if c.sample >= k:
+            counts["beyond_k"] += 1
+            continue
+        counts["completions"] += 1
+        if mode == "independent":
+            value = parse_integer_answer(c.text)
+            if value is None:
+                counts["unparseable"] += 1
+            else:
+                pred[column_of(c.task)][i, c.sample] = value
+            continue
+        trace = parse_trace(c.text)
+        if trace.answer is None:
+            counts["unparseable"] += 1
+        else:
+            pred["main"][i, c.sample] = trace.answer
+        for task in TRACE_TASKS:
+            value = trace.tasks.get(task)
+            if value is not None:
+                pred[task][i, c.sample] = value
+        if trace.total_line is not None:
+            line_visible[i, c.sample], line_hidden[i, c.sample] = trace.total_line[0], trace.total_line[1]
+    counts["expected"] = len(scenes) * k * len(asked)
+    counts["absent"] = counts["expected"] - counts["completions"]
+    return SampledPredictions(list(scenes), k, mode, pred, gt, line_visible, line_hidden, counts)
+
+
+def first_sample_table(preds: SampledPredictions, name: str) -> ResponderTable:
+    """The acc@1 sample as a released-layout table (correctness NaN where the answer is missing)."""
+    scenes = preds.scenes
+    meta = {c: _gt_array(scenes, c) for c in META_COLUMNS}
+    correct, pred, gt = {}, {}, {}
+    for column, p in preds.pred.items():
+        first = p[:, 0]
+        g = preds.gt[column]
+        ok = ~np.isnan(first) & ~np.isnan(g)
+        correct[column] = np.where(ok, (first == g).astype(np.float64), np.nan)
+        pred[column], gt[column] = first, g
+    return ResponderTable(name, [s.view for s in scenes], [s.object_type for s in scenes], meta, correct, pred, gt)
+
+
+def _verifier_scores(preds: SampledPredictions) -> dict[str, np.ndarray]:
+    if preds.mode != "from-trace" or preds.line_visible is None or preds.line_hidden is None:
+        return {}
+    consistent = self_consistent(preds.pred["main"], preds.line_visible, preds.line_hidden)
+    invariants = invariants_hold({t: preds.pred[t] for t in TRACE_TASKS}, preds.line_hidden)
+    return {"self_consistent": consistent.astype(float),
+            "self_consistent_and_invariants": (consistent & invariants).astype(float)}
+
+
+def score_predictions(preds: SampledPredictions, name: str, convention: Convention) -> dict[str, Any]:
+    """Every number for one responder (JSON-ready apart from NaN, see :func:`jsonable`)."""
+    table = first_sample_table(preds, name)
+    verifiers = _verifier_scores(preds)
+    decoding = {}
+    for column, p in preds.pred.items():
+        decoding[column] = decoding_metrics(p, preds.gt[column])
+        if column == "main":
+            for label, scores in verifiers.items():
+                sel = decoding_metrics(p, preds.gt[column], scores)
+                decoding[column][f"selected@{preds.k}[{label}]"] = sel[f"selected@{preds.k}"]
+                decoding[column]["selection_rule"] = sel["selection_rule"]
+    out: dict[str, Any] = {
+        "name": name, "mode": preds.mode, "k": preds.k, "scenes": len(preds.scenes), "convention": convention,
+        "counts": preds.counts,
+        "object_counting": decoding.get("main", {}),
+        "decoding": decoding,
+        "per_task": {c: accuracy(table.correct[c]).as_dict() for c in table.tasks},
+        "summary": summary_row(table, convention),
+        "summary_by_convention": {c: summary_row(table, c) for c in CONVENTIONS},
+        "summation_2x2": summation_2x2(table),
+        "composition": composition(table) if "task5" in table.pred and "task8" in table.pred else {},
+        "breakdowns": object_counting_breakdowns(table) if "main" in table.correct else {},
+    }
+    if preds.mode == "from-trace" and preds.line_visible is not None and preds.line_hidden is not None:
+        out["faithfulness"] = trace_audit(
+            preds.pred["main"], preds.gt["main"], {t: preds.pred[t] for t in TRACE_TASKS},
+            {t: preds.gt[t] for t in TRACE_TASKS}, preds.line_visible, preds.line_hidden)
+    return out
+
+
+def jsonable(obj: Any) -> Any:
+    """NaN/inf -> None and numpy scalars -> Python numbers, recursively."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

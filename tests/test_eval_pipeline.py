@@ -1,0 +1,283 @@
+"""Scene discovery, resumable sampling with fake engines, scoring, export round trip, report and CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from data_gen.camera import LEAF_VIEWS
+from eval.completions import Completion, append_completions, load_completions
+from eval.hierarchy import CONVENTIONS, summary_row
+from eval.rawcsv import read_raw_csv, read_raw_dir, write_raw_csv
+from eval.sample import Request, SamplingConfig, plan_requests, run_sampling
+from eval.scenes import find_scenes
+from eval.score import collect_predictions, first_sample_table, score_predictions
+from spatialiq_train.cli import app
+from spatialiq_train.tasks import fill_cot_template
+
+
+def _gt(rng: np.random.Generator) -> dict[str, object]:
+    t4 = int(rng.integers(1, 5))
+    t3 = int(rng.integers(2, 10))
+    t5 = int(rng.integers(t3, t3 + 6))
+    hidden = int(rng.integers(0, 4))
+    t8 = min(hidden, 1 + int(rng.integers(0, 2))) if hidden else 0
+    t2 = int(rng.integers(1, t3 + 1))
+    t7 = int(rng.integers(0, 4))
+    return {"object_type": str(rng.choice(["cube", "factory_box"])), "task1": "blocks", "task_main": t5 + hidden,
+            "task2": t2, "task3": t3, "task4": t4, "total_blocks": t5 + hidden, "num_hidden_blocks": hidden,
+            "num_columns": t3, "num_layers": t4, "task5": t5, "task6": min(t7, t2), "task7": t7, "task8": t8,
+            "task9": int(rng.integers(1, 3)), "task10": int(rng.integers(0, 3)), "task11": int(rng.integers(0, 4))}
+
+
+def make_dataset(root: Path, structures: int = 2, prefix: str = "benchmark/level_1", seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    for s in range(1, structures + 1):
+        for leaf in LEAF_VIEWS:
+            d = root / prefix / f"sample_{s:05d}" / leaf.relpath
+            d.mkdir(parents=True)
+            (d / "gt.json").write_text(json.dumps(_gt(rng)))
+    return root
+
+
+@pytest.fixture()
+def dataset(tmp_path: Path) -> Path:
+    return make_dataset(tmp_path / "data")
+
+
+class TruthEngine:
+    """Answers with the ground truth (CoT template or bare integer), or with ``wrong`` for chosen samples."""
+
+    def __init__(self, data: Path, wrong: dict[int, str] | None = None) -> None:
+        self.gt = {s.view: s.gt for s in find_scenes(data)}
+        self.wrong = wrong or {}
+        self.asked: list[tuple[str, str, int]] = []
+
+    def generate(self, requests: Sequence[Request], config: SamplingConfig) -> list[list[str]]:
+        out = []
+        for req in requests:
+            gt = self.gt[req.view]
+            truth = fill_cot_template(gt) if config.mode == "from-trace" else str(gt[req.task])
+            out.append([self.wrong.get(i, truth) for i in req.samples])
+            self.asked += [(req.view, req.task, i) for i in req.samples]
+        return out
+
+
+class DyingEngine(TruthEngine):
+    def __init__(self, data: Path, calls_before_death: int) -> None:
+        super().__init__(data)
+        self.left = calls_before_death
+
+    def generate(self, requests: Sequence[Request], config: SamplingConfig) -> list[list[str]]:
+        if self.left == 0:
+            raise KeyboardInterrupt("simulated crash")
+        self.left -= 1
+        return super().generate(requests, config)
+
+
+def test_find_scenes_keys_sorting_and_partners(dataset: Path) -> None:
+    scenes = find_scenes(dataset)
+    assert len(scenes) == 32
+    assert scenes[0].view.startswith("benchmark/level_1/sample_00001/view_01/")
+    assert scenes[0].view.endswith("view_01/offset3_fov1_dist1")  # natural order: 3 before 12.5
+    assert scenes[1].view.endswith("view_01/offset3_fov3_dist0.3") and scenes[16].view.split("/")[2] == "sample_00002"
+    s = next(x for x in scenes if x.leaf.view_idx == 4 and x.leaf.offset == 12.5 and x.leaf.fov == 3)
+    assert s.partner_view(1) == "benchmark/level_1/sample_00001/view_01/offset12.5_fov3_dist0.3"
+    assert s.partner_view(2) == "benchmark/level_1/sample_00001/view_02/offset12.5_fov3_dist0.3"
+
+
+def test_released_layout_any_prefix(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "rel", structures=1, prefix="eval_set/data_20260403_170859/level_1")
+    scenes = find_scenes(root)
+    assert len(scenes) == 16
+    assert scenes[0].view.startswith("eval_set/data_20260403_170859/level_1/sample_00001/view_01/")
+
+
+def test_malformed_gt_names_file_line_and_key(dataset: Path) -> None:
+    bad = next((dataset / "benchmark").rglob("gt.json"))
+    bad.write_text('{\n"task_main": 3,\n"task2": }')
+    with pytest.raises(ValueError, match=r"gt\.json: invalid JSON at line 3"):
+        find_scenes(dataset)
+    bad.write_text(json.dumps({"task_main": "seven"}))
+    with pytest.raises(ValueError, match="key 'task_main' must be an integer"):
+        find_scenes(dataset)
+
+
+def test_independent_requests_send_partner_views(dataset: Path) -> None:
+    scenes = find_scenes(dataset)
+    cfg = SamplingConfig(mode="independent", k=3, tasks=["task10", "task11", "task5"])
+    reqs = plan_requests(scenes[:4], cfg, set())
+    assert len(reqs) == 12 and all(r.samples == (0, 1, 2) for r in reqs)
+    r10 = next(r for r in reqs if r.task == "task10")
+    assert r10.images[0].parent.parent.name == "view_01" and r10.images[1].parent.parent.name == "view_02"
+    assert r10.images[0].parent.name == r10.images[1].parent.name
+    r11 = next(r for r in reqs if r.task == "task11")
+    assert r11.images[1].parent.parent.name == "view_03"
+    assert "objects" in r10.prompt and r10.system is None  # Type1 dialect by default
+    trace = plan_requests(scenes[:1], SamplingConfig(), set())[0]
+    assert trace.task == "task_main" and trace.system is not None and "<answer>" in trace.system
+
+
+def test_interrupted_run_resumes_without_repeating(dataset: Path, tmp_path: Path) -> None:
+    scenes = find_scenes(dataset)
+    out = tmp_path / "completions.jsonl"
+    cfg = SamplingConfig(k=4, batch_size=5)
+    with pytest.raises(KeyboardInterrupt):
+        run_sampling(scenes, DyingEngine(dataset, calls_before_death=3), cfg, out)
+    first = out.read_text()
+    assert first.count("\n") == 3 * 5 * 4
+    with out.open("a") as fh:  # a crash in the middle of a write leaves half a line
+        fh.write('{"view": "benchmark/level_1/sa')
+    engine = TruthEngine(dataset)
+    report = run_sampling(scenes, engine, cfg, out)
+    assert report.already_done == 60 and report.written == 32 * 4 - 60
+    done_first = {(json.loads(line)["view"], "task_main", json.loads(line)["sample"]) for line in first.splitlines()}
+    assert not done_first & set(engine.asked)
+    text = out.read_text()
+    assert text.startswith(first)
+    keys = [(r["view"], r["task"], r["sample"]) for r in map(json.loads, text.splitlines())]
+    assert len(keys) == len(set(keys)) == 32 * 4
+    assert run_sampling(scenes, TruthEngine(dataset), cfg, out).written == 0
+
+
+def test_partial_request_draws_only_missing_indices(dataset: Path, tmp_path: Path) -> None:
+    scenes = find_scenes(dataset)[:1]
+    out = tmp_path / "c.jsonl"
+    append_completions(out, [Completion(scenes[0].view, "task_main", 1, "x")])
+    engine = TruthEngine(dataset)
+    run_sampling(scenes, engine, SamplingConfig(k=3), out)
+    assert sorted(i for _, _, i in engine.asked) == [0, 2]
+    assert load_completions(out)[(scenes[0].view, "task_main", 1)].text == "x"
+
+
+def _sample(dataset: Path, tmp_path: Path, cfg: SamplingConfig, wrong: dict[int, str] | None = None) -> Path:
+    out = tmp_path / f"{cfg.mode}.jsonl"
+    run_sampling(find_scenes(dataset), TruthEngine(dataset, wrong), cfg, out)
+    return out
+
+
+def test_from_trace_scoring_of_perfect_traces(dataset: Path, tmp_path: Path) -> None:
+    out = _sample(dataset, tmp_path, SamplingConfig(k=3), wrong={2: "I cannot tell"})
+    preds = collect_predictions(find_scenes(dataset), load_completions(out))
+    assert preds.mode == "from-trace" and preds.k == 3
+    assert preds.counts["unparseable"] == 32 and preds.counts["absent"] == 0
+    m = score_predictions(preds, "dapo-toy", "dependent_given_prerequisite")
+    oc = m["object_counting"]
+    assert oc["acc@1"] == 1.0 and oc["maj@3"] == 1.0 and oc["pass@3"] == 1.0
+    assert oc["selected@3[self_consistent]"] == 1.0
+    assert oc["pass@k_unbiased"]["1"] == pytest.approx(2 / 3)
+    assert all(v["accuracy"] == 1.0 for v in m["per_task"].values())
+    assert m["summary"]["summation_mechanism"] == 1.0 and m["composition"]["exact_match_rate"] == 1.0
+    audit = m["faithfulness"]["all_samples"]
+    assert audit["shortcut_rate"] == 0.0 and audit["self_consistency_rate"] == pytest.approx(2 / 3)
+    assert audit["self_consistency_rate_among_answered"] == 1.0
+
+
+def test_shortcut_trace_is_detected(dataset: Path, tmp_path: Path) -> None:
+    out = _sample(dataset, tmp_path, SamplingConfig(k=1))
+    records = load_completions(out)
+    scenes = find_scenes(dataset)
+    for s in scenes:  # right answer, wrong visible count on line 6 -> every correct trace is a shortcut
+        gt = dict(s.gt)
+        text = fill_cot_template(gt).replace(f"the number of visible objects is: {gt['task5']}",
+                                             f"the number of visible objects is: {int(gt['task5']) + 1}")
+        records[(s.view, "task_main", 0)] = Completion(s.view, "task_main", 0, text)
+    m = score_predictions(collect_predictions(scenes, records), "x", "dependent_given_prerequisite")
+    assert m["object_counting"]["acc@1"] == 1.0
+    assert m["per_task"]["task5"]["accuracy"] == 0.0
+    assert m["faithfulness"]["all_samples"]["shortcut_rate"] == 1.0
+
+
+def test_independent_scoring_counts_missing_and_majority(dataset: Path, tmp_path: Path) -> None:
+    cfg = SamplingConfig(mode="independent", k=3, tasks=["task5", "task8", "task_main"])
+    out = _sample(dataset, tmp_path, cfg, wrong={0: "<think>hmm</think>", 1: "99"})
+    records = load_completions(out)
+    missing_view = find_scenes(dataset)[0].view
+    for i in range(3):
+        del records[(missing_view, "task5", i)]
+    preds = collect_predictions(find_scenes(dataset), records)
+    assert preds.mode == "independent" and set(preds.pred) == {"task5", "task8", "main"}
+    assert preds.counts["absent"] == 3 and preds.counts["unparseable"] == 32 * 3 - 1
+    m = score_predictions(preds, "qwen-toy", "prerequisite_given_dependent")
+    oc = m["object_counting"]
+    assert oc["acc@1_n"] == 0 and math.isnan(oc["acc@1"])  # every first sample unparseable: excluded
+    assert oc["maj@3"] == 0.0  # 99 and the truth tie with one vote each; 99 came first
+    assert oc["pass@3"] == 1.0
+    assert m["decoding"]["task5"]["scenes_without_answer"] == 1
+
+
+def test_export_round_trip_through_paper_tables_reader(dataset: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    wrong = {0: "<answer>5</answer>"}
+    out = _sample(dataset, tmp_path, SamplingConfig(k=2), wrong=wrong)
+    records = load_completions(out)
+    for key in list(records)[::3]:  # perturb a third of the traces
+        gt_text = records[key].text
+        records[key] = Completion(*key, gt_text.replace("is: ", f"is: {int(rng.integers(0, 9))} ", 1))
+    preds = collect_predictions(find_scenes(dataset), records)
+    table = first_sample_table(preds, "sft-toy")
+    export = tmp_path / "export"
+    write_raw_csv(export / "eval_raw_sft-toy_text.csv", table)
+    back = read_raw_dir(export)["sft-toy"]
+    assert back.views == table.views and back.tasks == table.tasks
+    for conv in CONVENTIONS:
+        a, b = summary_row(table, conv), summary_row(back, conv)
+        assert all((math.isnan(a[c]) and math.isnan(b[c])) or a[c] == b[c] for c in a)
+    for t in table.tasks:
+        np.testing.assert_array_equal(back.correct[t], table.correct[t])
+        np.testing.assert_array_equal(back.pred[t], table.pred[t])
+    header = (export / "eval_raw_sft-toy_text.csv").read_text().splitlines()[0]
+    assert header.startswith("view,object_type,total_blocks,num_hidden_blocks,num_columns,num_layers,task2,")
+    assert header.endswith("task9,task9_pred,task9_gt,main,main_pred,main_gt")
+
+
+def test_cli_score_report_compare(dataset: Path, tmp_path: Path) -> None:
+    out = _sample(dataset, tmp_path, SamplingConfig(k=2), wrong={1: "<answer>1</answer>"})
+    runner = CliRunner()
+    res = runner.invoke(app, ["eval", "score", "--completions", str(out), "--data", str(dataset),
+                              "--out", str(tmp_path / "s"), "--name", "dapo-toy"])
+    assert res.exit_code == 0, res.output
+    metrics = json.loads((tmp_path / "s" / "metrics_dapo-toy.json").read_text())
+    assert metrics["object_counting"]["maj@2"] == 1.0 and metrics["object_counting"]["pass@2"] == 1.0
+    assert metrics["convention"] == "dependent_given_prerequisite"
+    assert read_raw_csv(tmp_path / "s" / "eval_raw_dapo-toy_text.csv").name == "dapo-toy"
+    res = runner.invoke(app, ["eval", "report", "--metrics", str(tmp_path / "s" / "metrics_dapo-toy.json"),
+                              "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "| dapo-toy | 2 | 1.000 | 1.000 |" in md
+    for png in ("summation_2x2.png", "difficulty_bins.png", "object_type.png"):
+        assert (tmp_path / "r" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["responders"][0]["name"] == "dapo-toy"
+    other = tmp_path / "s" / "eval_raw_base_text.csv"
+    other.write_text((tmp_path / "s" / "eval_raw_dapo-toy_text.csv").read_text().replace(",1,", ",0,"))
+    res = runner.invoke(app, ["eval", "compare", "--raw", str(tmp_path / "s"), "--out", str(tmp_path / "c")])
+    assert res.exit_code == 0, res.output
+    rows = (tmp_path / "c" / "mcnemar.csv").read_text().splitlines()
+    assert rows[0].startswith("task,model_a,model_b") and len(rows) == 2
+
+
+def test_cli_errors_are_clean(tmp_path: Path) -> None:
+    runner = CliRunner()
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "eval_raw_x_text.csv").write_text("view,object_type\n")
+    res = runner.invoke(app, ["eval", "paper-tables", "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "eval_raw_x_text.csv: line 1" in res.output
+    res = runner.invoke(app, ["eval", "sample", "--model", str(tmp_path), "--data", str(tmp_path / "raw"),
+                              "--out", str(tmp_path / "c.jsonl"), "--mode", "sideways"])
+    assert res.exit_code == 1 and "mode" in res.output
+
+
+def test_vllm_engine_fails_clearly_when_absent(tmp_path: Path) -> None:
+    from eval.engines import VLLMEngine, vllm_available
+
+    if vllm_available():
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(RuntimeError, match="vLLM, which is not installed"):
+        VLLMEngine(tmp_path)
