@@ -1,11 +1,7 @@
 """The generation run: config, structure plan, sharding, workers, resume and the final merge.
 
-Which structures a run holds: candidates ``index = 0, 1, 2, ...`` are sampled from
-``structure_rng(seed, index)``; a candidate joins the run only if ``splits.split_of`` of its
-``structure_id`` is the run's split (so benchmark and train never share a structure, also across
-separate runs), and a candidate whose ``structure_id`` was already accepted earlier in the run is
-skipped (duplicates are rare, mostly tiny structures). The first ``structures`` accepted candidates
-are the run, numbered ``sample_idx`` 1..N in acceptance order.
+Which structures a run holds, and in which order, is the run's plan (``data_gen.plan``): the first
+N candidates of (seed, index) whose structure belongs to the split, duplicates skipped.
 
 Shards: ``num_shards`` (default ``ceil(N / 64)``) contiguous, balanced ranges of ``sample_idx``.
 The bytes of every file depend only on the arguments in ``GenConfig.identity()``, never on
@@ -18,15 +14,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data_gen import layout, splits, structure, writer
+from data_gen import layout, plan, splits, structure, writer
+from data_gen.plan import PlannedStructure
 from spatialiq_train.io import atomic_write_bytes, atomic_write_json, read_json
 
 log = logging.getLogger(__name__)
@@ -38,6 +34,7 @@ MAX_HEIGHT = 4
 RENDERERS = ("none", "mitsuba", "isaacsim")
 _RENDER_STREAM = 0x52454E44  # extra entropy word: render draws never collide with structure draws
 DEFAULT_ENVIRONMENTS = 4
+VIEWS_PER_STRUCTURE = 16
 
 
 class GenerationError(RuntimeError):
@@ -92,35 +89,6 @@ def shard_range(shard: int, num_shards: int, structures: int) -> tuple[int, int]
     return shard * structures // num_shards + 1, (shard + 1) * structures // num_shards
 
 
-@dataclass(frozen=True)
-class PlannedStructure:
-    sample_idx: int
-    index: int
-    """Candidate index: the structure is ``sample_structure(structure_rng(seed, index))``."""
-    structure_id: str
-    height_map: np.ndarray
-
-
-def plan_structures(seed: int, split: str, upto: int) -> Iterator[PlannedStructure]:
-    """The run's accepted structures with sample_idx 1..upto, in order (see the module docstring)."""
-    seen: set[str] = set()
-    sample_idx, index = 0, 0
-    limit = 1000 * upto + 100_000
-    while sample_idx < upto:
-        if index > limit:
-            raise GenerationError(f"only {sample_idx} of {upto} structures of split {split!r} in {index} candidates")
-        hmap = structure.sample_structure(structure.structure_rng(seed, index))
-        sid = structure.structure_id(hmap)
-        if splits.split_of(sid) == split:
-            if sid in seen:
-                log.debug("candidate %d repeats structure %s; skipped", index, sid)
-            else:
-                seen.add(sid)
-                sample_idx += 1
-                yield PlannedStructure(sample_idx, index, sid, hmap)
-        index += 1
-
-
 def render_params(seed: int, index: int, num_environments: int) -> tuple[int, int]:
     """(environment index, render seed) of a structure, derived from (seed, index) alone."""
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(index), _RENDER_STREAM]))
@@ -151,7 +119,7 @@ def shard_complete(out: Path, split: str, shard: int, num_shards: int) -> bool:
     return read_json(done).get("sha256") == writer.sha256_file(parquet)
 
 
-def run(cfg: GenConfig, renderer: Any = None, progress: bool = True) -> dict[str, Any] | None:
+def run(cfg: GenConfig, renderer: Any = None, progress: bool = True, plan_only: bool = False) -> dict[str, Any] | None:
     """Generate (the missing shards of) a run; returns the manifest once every shard is complete.
 
     ``renderer`` overrides ``cfg.renderer`` with a ready object (tests inject fakes this way).
@@ -159,6 +127,10 @@ def run(cfg: GenConfig, renderer: Any = None, progress: bool = True) -> dict[str
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     check_gen_config(out, cfg)
+    if plan_only:
+        with _Executor(cfg, None) as ex:
+            make_plan(cfg, ex, progress)
+        return None
     k = cfg.shard_count
     wanted = [cfg.shard] if cfg.shard is not None else list(range(k))
     todo = [s for s in wanted if not shard_complete(out, cfg.split, s, k)]
@@ -192,9 +164,12 @@ def build_structure(
     from data_gen import truth
     from data_gen.camera import LEAF_VIEWS
 
-    hmap = entry.height_map
     where = layout.sample_relpath(cfg.split, entry.sample_idx)
-    images, visible = _render_views(cfg, entry, renderer) if renderer is not None else (None, None)
+    try:
+        hmap = entry.height_map(cfg.seed)
+    except ValueError as exc:
+        raise GenerationError(f"{where}: {exc}") from exc
+    images, visible = _render_views(cfg, entry, hmap, renderer) if renderer is not None else (None, None)
     try:
         raw = truth.structure_truth(hmap, object_type=cfg.object_type, resolution=cfg.resolution, visible=visible,
                                     sample_idx=entry.sample_idx)
@@ -207,12 +182,13 @@ def build_structure(
     return scene, gts, images
 
 
-def _render_views(cfg: GenConfig, entry: PlannedStructure, renderer: Any) -> tuple[dict, dict | None]:
+def _render_views(
+    cfg: GenConfig, entry: PlannedStructure, hmap: np.ndarray, renderer: Any
+) -> tuple[dict, dict | None]:
     """Render the 16 leaves; for non-cube objects also the visible sets from the instance buffer."""
     from data_gen.camera import LEAF_VIEWS, leaf_camera
     from data_gen.render import SceneSpec
 
-    hmap = entry.height_map
     rows, cols = hmap.shape
     env, seed = render_params(cfg.seed, entry.index, int(getattr(renderer, "num_environments", DEFAULT_ENVIRONMENTS)))
     hm = tuple(tuple(int(v) for v in row) for row in hmap.tolist())
@@ -273,38 +249,62 @@ def generate_shards(cfg: GenConfig, todo: list[int], renderer: Any = None, progr
 
     k, n = cfg.shard_count, cfg.structures
     ranges = {s: shard_range(s, k, n) for s in todo}
-    last = max(b for _, b in ranges.values())
     shard_of = {i: s for s, (a, b) in ranges.items() for i in range(a, b + 1)}
-    entries = [e for e in plan_structures(cfg.seed, cfg.split, last) if e.sample_idx in shard_of]
     if renderer is None:
         renderer = make_renderer(cfg)  # also fails fast on a missing optional dependency
-    pending: dict[int, list[dict[str, Any]]] = {s: [] for s in todo}
-    left = {s: b - a + 1 for s, (a, b) in ranges.items()}
-    bar = tqdm(total=len(entries), unit="structure", desc=f"gen {cfg.split}", disable=not progress, smoothing=0.1)
-    with bar, _results(cfg, entries, renderer) as results:
-        for entry, rows in zip(entries, results, strict=True):
-            s = shard_of[entry.sample_idx]
-            pending[s].extend(rows)
-            left[s] -= 1
-            bar.update(1)
-            if left[s] == 0:
-                _finish_shard(cfg, s, pending.pop(s))
+    with _Executor(cfg, renderer) as ex:
+        entries = [e for e in make_plan(cfg, ex, progress) if e.sample_idx in shard_of]
+        pending: dict[int, list[dict[str, Any]]] = {s: [] for s in todo}
+        left = {s: b - a + 1 for s, (a, b) in ranges.items()}
+        bar = tqdm(total=len(entries), unit="structure", desc=f"gen {cfg.split}", disable=not progress,
+                   smoothing=0.1)
+        with bar:
+            for entry, rows in zip(entries, ex.structures(entries), strict=True):
+                s = shard_of[entry.sample_idx]
+                pending[s].extend(rows)
+                left[s] -= 1
+                bar.update(1)
+                if left[s] == 0:
+                    _finish_shard(cfg, s, pending.pop(s))
 
 
-class _results:
-    """Context manager yielding the rows of each entry in order, in-process or from a spawn pool."""
+def make_plan(cfg: GenConfig, ex: _Executor | None = None, progress: bool = False) -> list[PlannedStructure]:
+    """The run's plan (``<out>/plan.json``), scanning candidates in the executor's processes when absent."""
+    from tqdm import tqdm
 
-    def __init__(self, cfg: GenConfig, entries: list[PlannedStructure], renderer: Any) -> None:
-        self.cfg, self.entries, self.renderer, self.pool = cfg, entries, renderer, None
+    out = Path(cfg.out)
+    if (out / plan.PLAN_FILE).exists():
+        return plan.load_or_make(out, cfg.seed, cfg.split, cfg.structures)
+    map_fn = ex.map if ex is not None else map
+    with tqdm(total=cfg.structures, unit="structure", desc="plan", disable=not progress) as bar:
+        try:
+            return plan.load_or_make(out, cfg.seed, cfg.split, cfg.structures, map_fn, bar.update,
+                                     width=max(1, 2 * cfg.workers) if cfg.workers > 1 else 1)
+        except ValueError as exc:
+            raise GenerationError(str(exc)) from exc
 
-    def __enter__(self) -> Iterator[list[dict[str, Any]]]:
-        if self.cfg.workers == 1 or len(self.entries) <= 1:
-            return (process_structure(self.cfg, e, self.renderer) for e in self.entries)
-        import multiprocessing as mp
 
-        ctx = mp.get_context("spawn")
-        self.pool = ctx.Pool(self.cfg.workers, initializer=_init_worker, initargs=(self.cfg.model_dump_json(),))
-        return self.pool.imap(_work, self.entries, chunksize=1)
+class _Executor:
+    """In-process work for one worker; a spawn pool (renderer built once per process) for several."""
+
+    def __init__(self, cfg: GenConfig, renderer: Any) -> None:
+        self.cfg, self.renderer, self.pool = cfg, renderer, None
+
+    def __enter__(self) -> _Executor:
+        if self.cfg.workers > 1:
+            import multiprocessing as mp
+
+            ctx = mp.get_context("spawn")
+            self.pool = ctx.Pool(self.cfg.workers, initializer=_init_worker, initargs=(self.cfg.model_dump_json(),))
+        return self
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        return self.pool.imap(fn, items) if self.pool is not None else map(fn, items)
+
+    def structures(self, entries: list[PlannedStructure]) -> Iterator[list[dict[str, Any]]]:
+        if self.pool is None:
+            return (process_structure(self.cfg, e, self.renderer) for e in entries)
+        return self.pool.imap(_work, entries, chunksize=1)
 
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
@@ -320,7 +320,7 @@ def _finish_shard(cfg: GenConfig, shard: int, rows: list[dict[str, Any]]) -> Non
     atomic_write_bytes(out / rel, data)
     a, b = shard_range(shard, k, cfg.structures)
     partitions: dict[str, dict[str, int]] = {}
-    for row in rows[::16]:
+    for row in rows[::VIEWS_PER_STRUCTURE]:
         for kind in ("trainval", "dapo"):
             if row[kind] is not None:
                 partitions.setdefault(kind, {}).setdefault(row[kind], 0)

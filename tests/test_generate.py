@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from data_gen import generate, layout, splits, structure, writer
+from data_gen import generate, layout, plan, splits, structure, writer
 from data_gen.camera import LEAF_VIEWS
 from data_gen.generate import GenConfig, GenerationError, run
 from spatialiq_train.cli import app
@@ -184,16 +184,35 @@ def test_rerun_with_other_arguments_names_the_argument(tmp_path: Path, truth: ty
 
 
 def test_plan_skips_other_split_and_duplicates() -> None:
-    plan = list(generate.plan_structures(3, "benchmark", 4))
-    assert [p.sample_idx for p in plan] == [1, 2, 3, 4]
-    assert len({p.structure_id for p in plan}) == 4
-    assert all(splits.split_of(p.structure_id) == "benchmark" for p in plan)
-    indices = [p.index for p in plan]
+    accepted = plan.accepted(3, "benchmark", 4)
+    assert len(accepted) == 4 and len({sid for _, sid in accepted}) == 4
+    assert all(splits.split_of(sid) == "benchmark" for _, sid in accepted)
+    indices = [i for i, _ in accepted]
     assert indices == sorted(indices) and indices[-1] >= 4  # other candidates went to train
-    skipped = [i for i in range(indices[-1]) if i not in indices]
-    for i in skipped:
-        sid = structure.structure_id(structure.sample_structure(structure.structure_rng(3, i)))
-        assert splits.split_of(sid) == "train" or sid in {p.structure_id for p in plan}
+    for i in range(indices[-1]):
+        if i not in indices:
+            sid = structure.structure_id(structure.sample_structure(structure.structure_rng(3, i)))
+            assert splits.split_of(sid) == "train" or sid in {s for _, s in accepted}
+    # batch sizes and parallel width never change the plan
+    assert plan.accepted(3, "benchmark", 4, width=3) == accepted
+    assert plan.accepted(3, "benchmark", 3) == accepted[:3]
+
+
+def test_duplicates_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = iter(["a", "b", "a", "c", "b", "d"] + [f"x{i}" for i in range(100)])
+    monkeypatch.setattr(plan, "candidate_ids", lambda batch: [next(ids) for _ in range(batch[1], batch[2])])
+    monkeypatch.setattr(plan.splits, "split_of", lambda sid: "train")
+    assert plan.accepted(0, "train", 4) == [(0, "a"), (1, "b"), (3, "c"), (5, "d")]
+
+
+def test_stale_plan_is_an_error(tmp_path: Path, truth: types.ModuleType) -> None:
+    run(cfg(tmp_path, structures=1, num_shards=1), progress=False)
+    data = json.loads((tmp_path / "plan.json").read_text())
+    data["entries"][0][1] = "0000000000000000"
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    (tmp_path / "shards/train-00000-of-00001.done.json").unlink()
+    with pytest.raises(GenerationError, match="plan.json: candidate .* the plan says 0000000000000000"):
+        run(cfg(tmp_path, structures=1, num_shards=1), progress=False)
 
 
 def test_shard_ranges_cover_every_sample_once() -> None:

@@ -40,6 +40,7 @@ def gen(
     num_shards: int | None = typer.Option(None, "--num-shards", help="Shards of the run (default ceil(N/64))."),
     resolution: int = typer.Option(512, "--resolution", help="Image side in pixels (the benchmark uses 512)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    plan_only: bool = typer.Option(False, "--plan-only", help="Only write OUT/plan.json (before a Slurm array)."),
 ) -> None:
     """Generate cube scenes with exact ground truth: the per-view layout and parquet shards under OUT."""
     from pydantic import ValidationError
@@ -52,10 +53,12 @@ def gen(
     except ValidationError as exc:
         raise _fail(_config_errors(exc), 2) from None
     try:
-        manifest = run(cfg, progress=not quiet)
+        manifest = run(cfg, progress=not quiet, plan_only=plan_only)
     except GenerationError as exc:
         raise _fail(str(exc)) from None
-    if manifest is not None:
+    if plan_only:
+        typer.echo(f"plan written: {out / 'plan.json'}")
+    elif manifest is not None:
         c = manifest["counts"]
         typer.echo(f"{c['structures']} structures, {c['views']} views, {len(manifest['shards'])} shard(s) in {out}")
 

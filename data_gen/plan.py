@@ -1,0 +1,104 @@
+"""Which structures a generation run holds, and in which order (the run's plan).
+
+Candidates ``index = 0, 1, 2, ...`` are sampled from ``structure_rng(seed, index)``. A candidate joins
+the run only if ``splits.split_of`` of its ``structure_id`` is the run's split (so benchmark and train
+never share a structure, also across separate runs), and a candidate whose ``structure_id`` was
+already accepted earlier in the run is skipped (duplicates are rare, mostly tiny structures). The
+first ``structures`` accepted candidates are the run, numbered ``sample_idx`` 1..N in that order.
+
+Candidates are independent, so their ids are computed in batches (in parallel when a map over a
+process pool is given); the filter runs in index order, so the plan never depends on the workers.
+The plan is stored as ``<out>/plan.json`` (candidate index and structure id per sample) so shards
+and Slurm array tasks do not repeat the scan; it holds no height maps, which are re-sampled from
+(seed, index) and checked against the recorded id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_gen import splits, structure
+from spatialiq_train.io import atomic_write_text, read_json
+
+log = logging.getLogger(__name__)
+
+PLAN_FILE = "plan.json"
+MAX_BATCH = 64
+"""Most candidates per task of the parallel scan."""
+
+MapFn = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
+
+
+@dataclass(frozen=True)
+class PlannedStructure:
+    sample_idx: int
+    index: int
+    """Candidate index: the structure is ``sample_structure(structure_rng(seed, index))``."""
+    structure_id: str
+
+    def height_map(self, seed: int) -> np.ndarray:
+        """Re-sample the height map; a mismatch with the recorded id is an error (stale plan.json)."""
+        hmap = structure.sample_structure(structure.structure_rng(seed, self.index))
+        sid = structure.structure_id(hmap)
+        if sid != self.structure_id:
+            raise ValueError(f"{PLAN_FILE}: candidate {self.index} gives structure {sid}, the plan says "
+                             f"{self.structure_id}; delete the output directory and generate again")
+        return hmap
+
+
+def candidate_ids(batch: tuple[int, int, int]) -> list[str]:
+    """Structure ids of candidates ``start .. stop-1`` of ``seed``; ``batch`` is (seed, start, stop)."""
+    seed, start, stop = batch
+    return [structure.structure_id(structure.sample_structure(structure.structure_rng(seed, i)))
+            for i in range(start, stop)]
+
+
+def accepted(seed: int, split: str, n: int, map_fn: MapFn = map, tick: Callable[[int], None] | None = None,
+             width: int = 8) -> list[tuple[int, str]]:
+    """(candidate index, structure id) of the run's first ``n`` structures, in sample_idx order."""
+    seen: set[str] = set()
+    out: list[tuple[int, str]] = []
+    start, limit = 0, 1000 * n + 100_000
+    while len(out) < n:
+        if start > limit:
+            raise ValueError(f"only {len(out)} of {n} structures of split {split!r} in {start} candidates")
+        share = splits.BENCHMARK_FRACTION if split == "benchmark" else 1 - splits.BENCHMARK_FRACTION
+        size = min(MAX_BATCH, max(4, int(1.1 * (n - len(out)) / share / width) + 1))
+        batches = [(seed, s, s + size) for s in range(start, start + width * size, size)]
+        for (_, s, _), ids in zip(batches, map_fn(candidate_ids, batches), strict=True):
+            for index, sid in enumerate(ids, start=s):
+                if len(out) == n or splits.split_of(sid) != split:
+                    continue
+                if sid in seen:
+                    log.debug("candidate %d repeats structure %s; skipped", index, sid)
+                    continue
+                seen.add(sid)
+                out.append((index, sid))
+                if tick:
+                    tick(1)
+        start += width * size
+    return out
+
+
+def load_or_make(out: Path, seed: int, split: str, n: int, map_fn: MapFn = map,
+                 tick: Callable[[int], None] | None = None, width: int = 8) -> list[PlannedStructure]:
+    """The run's plan from ``out/plan.json``, computing and writing it first when absent."""
+    path = out / PLAN_FILE
+    if path.exists():
+        data = read_json(path)
+        if (data.get("seed"), data.get("split"), data.get("structures")) != (seed, split, n):
+            raise ValueError(f"{path} belongs to another run (seed {data.get('seed')}, split {data.get('split')}, "
+                             f"{data.get('structures')} structures); use a new output directory")
+        entries = data["entries"]
+    else:
+        entries = [list(e) for e in accepted(seed, split, n, map_fn, tick, width)]
+        body = ",\n".join(json.dumps(e) for e in entries)
+        atomic_write_text(path, f'{{"seed": {seed}, "split": "{split}", "structures": {n}, "entries": [\n{body}\n]}}\n')
+    return [PlannedStructure(i + 1, int(index), str(sid)) for i, (index, sid) in enumerate(entries)]

@@ -1,0 +1,91 @@
+"""check-splits: structure leakage across train/benchmark, train/val and warmup/rl (data_gen.split_check)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from data_gen import layout, splits
+from data_gen.generate import GenConfig, run
+from data_gen.split_check import Record, check_splits, find_leaks
+from spatialiq_train.cli import app
+
+
+@pytest.fixture(scope="module")
+def datasets_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("splits")
+    for split in ("train", "benchmark"):
+        run(GenConfig(out=root / split, structures=3, seed=11, split=split, resolution=32), progress=False)
+    return root
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_clean_datasets_pass(datasets_dir: Path) -> None:
+    report = check_splits([datasets_dir / "train", datasets_dir / "benchmark"])
+    assert report.leaks == []
+    assert len(report.structures["train"]) == 3 and len(report.structures["benchmark"]) == 3
+    result = CliRunner().invoke(app, ["check-splits", str(datasets_dir / "train"), str(datasets_dir / "benchmark")])
+    assert result.exit_code == 0, result.output
+    assert "no leaks" in result.output
+
+
+def test_planted_benchmark_sample_in_train_is_caught(datasets_dir: Path, tmp_path: Path) -> None:
+    train = _copy(datasets_dir / "train", tmp_path / "train")
+    src = datasets_dir / "benchmark" / layout.sample_relpath("benchmark", 2)
+    planted = train / layout.sample_relpath("train", 99)
+    shutil.copytree(src, planted)
+    sid = json.loads((src / "scene.json").read_text())["structure_id"]
+    alone = check_splits([train])
+    assert [str(leak) for leak in alone.leaks] == [
+        f"structure {sid}: recorded in train but split_of gives benchmark: {planted}"]
+    both = check_splits([train, datasets_dir / "benchmark"])
+    cross = [leak for leak in both.leaks if leak.reason == "in both train and benchmark"]
+    assert len(cross) == 1 and cross[0].structure_id == sid
+    assert cross[0].first == str(planted) and cross[0].second == str(src)
+    result = CliRunner().invoke(app, ["check-splits", str(train), str(datasets_dir / "benchmark")])
+    assert result.exit_code == 1
+    assert f"LEAK structure {sid}: in both train and benchmark" in result.output
+
+
+def test_parquet_partition_disagreement_is_caught(datasets_dir: Path, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    train = _copy(datasets_dir / "train", tmp_path / "train")
+    shard = next((train / "data").glob("*.parquet"))
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    sid = rows[0]["structure_id"]
+    flip = {"train": "val", "val": "train"}
+    for row in rows[:8]:  # half the views of the first structure move to the other partition
+        row["trainval"] = flip[row["trainval"]]
+    pq.write_table(table.from_pylist(rows, schema=table.schema), shard)
+    reasons = {leak.reason for leak in check_splits([train]).leaks if leak.structure_id == sid}
+    right = splits.partition_of(sid, "trainval")
+    assert "in both train and val" in reasons
+    assert f"recorded in trainval partition {flip[right]} but partition_of gives {right}" in reasons
+
+
+def test_find_leaks_on_records() -> None:
+    sid = next(f"s{i}" for i in range(1000) if splits.split_of(f"s{i}") == "train")
+    dapo = splits.partition_of(sid, "dapo")
+    other = {"warmup": "rl", "rl": "warmup"}[dapo]
+    ok = Record(sid, "train", "a", (("dapo", dapo),))
+    bad = Record(sid, "train", "b", (("dapo", other),))
+    assert find_leaks([ok, Record(sid, "train", "c")]) == []
+    leaks = find_leaks([ok, bad])
+    assert any(leak.reason == "in both rl and warmup" and {leak.first, leak.second} == {"a", "b"} for leak in leaks)
+    released = Record(sid, "eval_set", "e")  # the released layout's split name is not checked against split_of
+    assert find_leaks([released]) == []
+
+
+def test_missing_directory_is_an_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["check-splits", str(tmp_path / "nope")])
+    assert result.exit_code == 1 and "not a directory" in result.output
