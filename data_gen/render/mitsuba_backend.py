@@ -166,7 +166,8 @@ def _materials(mi: Any, spec: SceneSpec) -> dict[str, Any]:
         for n in range(4):
             label = _bitmap_texture(mi, materials.can_label_texture(rng))
             out[f"label{n}"] = {"type": "principled", "base_color": label, "roughness": 0.35, "specular": 0.5}
-        out["tin"] = {"type": "roughconductor", "material": "Al", "alpha": 0.25}
+        out["tin"] = {"type": "principled", "base_color": {"type": "rgb", "value": [0.55, 0.56, 0.58]},
+                      "roughness": 0.45, "metallic": 0.6}
     return out
 
 
