@@ -311,3 +311,37 @@ def test_resolution_512(tmp_path: Path) -> None:
     assert len(gts) == 16
     assert all(g["task5"] + g["num_hidden_blocks"] == g["task_main"] for g in gts)
     assert json.loads((tmp_path / "gen_config.json").read_text())["resolution"] == 512
+
+
+FAKE_SBATCH = """#!/usr/bin/env bash
+for a in "$@"; do case $a in --wrap=*) printf '%s\\n' "${a#--wrap=}" >> "$SBATCH_LOG";; esac; done
+wc -l < "$SBATCH_LOG"
+"""
+
+
+def test_slurm_array_script_runs_plan_shards_and_merge(tmp_path: Path, truth: types.ModuleType) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None or shutil.which("spatialiq") is None:
+        pytest.skip("needs bash and the spatialiq console script")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text(FAKE_SBATCH)
+    (bindir / "sbatch").chmod(0o755)
+    log = tmp_path / "sbatch.log"
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SBATCH_LOG": str(log), "SIQ_CPUS": "1"}
+    script = Path(__file__).resolve().parents[1] / "slurm" / "gen_array.sh"
+    out = tmp_path / "slurm_run"
+    subprocess.run(["bash", str(script), str(out), "4", "3", "train", "2", "--resolution", str(RES)], env=env,
+                   check=True, capture_output=True)
+    plan_cmd, array_cmd, merge_cmd = log.read_text().splitlines()
+    subprocess.run(["bash", "-c", plan_cmd], env=env, check=True, capture_output=True)
+    for task in ("1", "0"):
+        subprocess.run(["bash", "-c", array_cmd], env={**env, "SLURM_ARRAY_TASK_ID": task}, check=True,
+                       capture_output=True)
+    subprocess.run(["bash", "-c", merge_cmd], env=env, check=True, capture_output=True)
+    run(cfg(tmp_path / "direct", structures=4, seed=3, num_shards=2), progress=False)
+    produced = {k: v for k, v in tree(out).items() if not k.startswith("slurm/")}
+    assert produced == tree(tmp_path / "direct")

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Dataset generation as a Slurm array: one shard per array task, then a merge job.
+#
+# Run on a login node (it submits three jobs; nothing heavy runs here):
+#   slurm/gen_array.sh OUT STRUCTURES SEED SPLIT NUM_SHARDS [extra spatialiq gen options...]
+# e.g.
+#   slurm/gen_array.sh /data/siq_train 100000 0 train 400 --renderer mitsuba
+#
+# 1. plan:  `spatialiq gen ... --plan-only` writes OUT/plan.json once (which structures, in order).
+# 2. array: task I runs `spatialiq gen ... --shard I --num-shards NUM_SHARDS`; a failed or requeued
+#           task resumes: complete shards (their .done.json) are skipped, so resubmitting is safe.
+# 3. merge: `spatialiq gen-merge --out OUT` (afterok) verifies every shard's sha256 and writes
+#           OUT/manifest.json. The bytes equal those of one `spatialiq gen --num-shards NUM_SHARDS` run.
+#
+# Environment: SIQ_ACCOUNT / SIQ_PARTITION (optional), SIQ_CPUS (cores per task, default 8),
+# SIQ_TIME (per task, default 04:00:00), SIQ_ENV (a script to source first, e.g. a venv activate).
+set -euo pipefail
+
+if [[ $# -lt 5 ]]; then
+  sed -n '2,12p' "$0" >&2
+  exit 2
+fi
+out=$1 structures=$2 seed=$3 split=$4 shards=$5
+shift 5
+extra=("$@")
+cpus=${SIQ_CPUS:-8}
+setup=${SIQ_ENV:+source "$SIQ_ENV" && }
+
+common=(--parsable --cpus-per-task="$cpus" --time="${SIQ_TIME:-04:00:00}" --output="$out/slurm/%x-%A_%a.log")
+[[ -n ${SIQ_ACCOUNT:-} ]] && common+=(--account="$SIQ_ACCOUNT")
+[[ -n ${SIQ_PARTITION:-} ]] && common+=(--partition="$SIQ_PARTITION")
+mkdir -p "$out/slurm"
+
+args=(--out "$out" --structures "$structures" --seed "$seed" --split "$split" --num-shards "$shards" --quiet)
+quoted=$(printf ' %q' "${args[@]}" "${extra[@]}")
+
+plan=$(sbatch "${common[@]}" --job-name=siq-plan \
+  --wrap="${setup}spatialiq gen${quoted} --workers $cpus --plan-only")
+array=$(sbatch "${common[@]}" --job-name=siq-gen --dependency="afterok:$plan" --array="0-$((shards - 1))" \
+  --wrap="${setup}spatialiq gen${quoted} --workers $cpus --shard \$SLURM_ARRAY_TASK_ID")
+merge=$(sbatch "${common[@]}" --job-name=siq-merge --cpus-per-task=1 --dependency="afterok:$array" \
+  --wrap="${setup}spatialiq gen-merge --out $(printf '%q' "$out")")
+echo "plan job $plan, array job $array ($shards tasks), merge job $merge"
