@@ -8,9 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from eval.paper_tables import convention_for, display_name, write_paper_tables
 from eval.rawcsv import read_raw_csv, read_raw_dir
+from spatialiq_train.cli import app
 
 TOL = 1e-9
 
@@ -51,7 +53,8 @@ def _compare(expected_rows: list[dict[str, str]], got_rows: list[dict[str, str]]
 def tables_out(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     base = shared_dir / "fixtures" / "paper_outputs"
     out = tmp_path_factory.mktemp("paper_tables")
-    write_paper_tables(base / "raw", out)
+    result = CliRunner().invoke(app, ["eval", "paper-tables", "--raw", str(base / "raw"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
     return base / "expected", out
 
 

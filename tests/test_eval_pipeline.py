@@ -281,3 +281,32 @@ def test_vllm_engine_fails_clearly_when_absent(tmp_path: Path) -> None:
         pytest.skip("vLLM is installed here")
     with pytest.raises(RuntimeError, match="vLLM, which is not installed"):
         VLLMEngine(tmp_path)
+
+
+@pytest.mark.slow
+def test_transformers_engine_samples_from_tiny_model(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from PIL import Image
+
+    from eval.engines import TransformersEngine
+    from spatialiq_train.tiny import save_tiny
+
+    model_dir = save_tiny(tmp_path / "tiny", seed=0)
+    data = make_dataset(tmp_path / "data", structures=1)
+    for gt in (data / "benchmark").rglob("gt.json"):
+        Image.new("RGB", (64, 64), (120, 80, 40)).save(gt.parent / "view.png")
+    scenes = find_scenes(data)[:1]
+    engine = TransformersEngine(model_dir)
+    cfg = SamplingConfig(k=2, max_new_tokens=6)
+    out = tmp_path / "c.jsonl"
+    report = run_sampling(scenes, engine, cfg, out)
+    assert report.written == 2
+    records = load_completions(out)
+    assert sorted(records) == [(scenes[0].view, "task_main", 0), (scenes[0].view, "task_main", 1)]
+    assert all(isinstance(r.text, str) for r in records.values())
+    cfg2 = SamplingConfig(mode="independent", k=2, max_new_tokens=4, tasks=["task10"])
+    for s in find_scenes(data):  # partner images exist for every view of the structure
+        assert s.partner_image(1).is_file()
+    assert run_sampling(scenes, engine, cfg2, tmp_path / "i.jsonl").written == 2
+    preds = collect_predictions(scenes, load_completions(out))  # random text: parsed or counted, never a crash
+    assert preds.counts["completions"] == 2
