@@ -206,8 +206,9 @@ def check_invariants(gt: Mapping[str, Any], structure_id: str, leaf: LeafView) -
     if bad:
         raise GroundTruthError(f"{where}: field(s) {', '.join(f'{k}={gt[k]!r}' for k in bad)} "
                                "must be non-negative integers")
-    if gt["view_idx"] != leaf.view_idx:
-        raise GroundTruthError(f"{where}: view_idx {gt['view_idx']} does not match the leaf")
+    placed = (gt["view_idx"], gt.get("offset"), gt.get("fov"), gt.get("dist"))
+    if placed != (leaf.view_idx, leaf.offset, leaf.fov, leaf.dist):
+        raise GroundTruthError(f"{where}: (view_idx, offset, fov, dist) = {placed} does not match the leaf")
     broken = [relation for relation, holds in _relations(gt) if not holds]
     if broken:
         values = ", ".join(f"{k}={gt[k]}" for k in _INT_FIELDS if k != "view_idx")
