@@ -1,0 +1,123 @@
+"""Pieces shared by the SFT and RL phases: device choice, policy path, processor, checkpoints, final export."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from spatialiq_train.recipes import Recipe
+
+log = logging.getLogger(__name__)
+
+
+def on_gpu(recipe: Recipe) -> bool:
+    """True when the run uses CUDA (recipe `run.device`, or auto-detected)."""
+    if recipe.run.device == "cpu":
+        return False
+    import torch
+
+    available = torch.cuda.is_available()
+    if recipe.run.device == "cuda" and not available:
+        raise RuntimeError("recipe run.device is 'cuda' but torch sees no CUDA device (set run.device=auto or cpu)")
+    return available
+
+
+def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: bool | None) -> dict[str, Any]:
+    """TrainingArguments shared by SFTConfig and GRPOConfig."""
+    from spatialiq_train.train.logging import report_to
+
+    gpu = on_gpu(recipe)
+    return {
+        "output_dir": str(output_dir),
+        "bf16": gpu and recipe.model.dtype != "float32",
+        "use_cpu": not gpu,
+        "gradient_checkpointing": gpu if gradient_checkpointing is None else gradient_checkpointing,
+        "logging_steps": recipe.logging.logging_steps,
+        "save_strategy": "steps",
+        "save_steps": recipe.logging.save_steps,
+        "save_total_limit": recipe.logging.save_total_limit,
+        "save_only_model": False,
+        "report_to": report_to(list(recipe.logging.report_to)) or "none",
+        "seed": recipe.run.seed,
+        "data_seed": recipe.run.seed,
+        "dataloader_num_workers": 0,
+    }
+
+
+def model_init_kwargs(recipe: Recipe) -> dict[str, Any]:
+    import torch
+
+    dtype = recipe.model.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if on_gpu(recipe) else "float32"
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    if recipe.model.attn_implementation:
+        kwargs["attn_implementation"] = recipe.model.attn_implementation
+    return kwargs
+
+
+def ensure_base_model(recipe: Recipe, run_dir: Path) -> str:
+    """Path or hub id of the starting policy; the tiny model is built once under `run_dir/base`."""
+    if not recipe.model.tiny:
+        return recipe.model.name_or_path
+    from spatialiq_train.tiny import save_tiny
+
+    base = run_dir / "base"
+    if not (base / "config.json").is_file():
+        save_tiny(base, seed=recipe.run.seed)
+    return str(base)
+
+
+def load_processor_for(recipe: Recipe, model_path: str) -> Any:
+    """The model's processor with the recipe's pixel bounds."""
+    from spatialiq_train.tiny import load_processor
+
+    processor = load_processor(model_path)
+    image_processor = processor.image_processor
+    image_processor.size = {"shortest_edge": recipe.model.min_pixels, "longest_edge": recipe.model.max_pixels}
+    for attr, value in (("min_pixels", recipe.model.min_pixels), ("max_pixels", recipe.model.max_pixels)):
+        if hasattr(image_processor, attr):
+            setattr(image_processor, attr, value)
+    return processor
+
+
+def lora_config(recipe: Recipe) -> Any:
+    if not recipe.model.lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    lora = recipe.model.lora
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+
+
+def last_checkpoint(output_dir: Path) -> str | None:
+    """The newest `checkpoint-N` folder under `output_dir`, if any (to resume from)."""
+    if not output_dir.is_dir():
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir))
+
+
+def export_final(trainer: Any, processor: Any, out_dir: Path) -> Path:
+    """Save the trained policy (merged if LoRA) and its processor as safetensors under `out_dir`."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    if hasattr(model, "merge_and_unload"):  # LoRA: merge the adapters into a plain checkpoint
+        if trainer.accelerator.is_main_process:
+            model.merge_and_unload().save_pretrained(str(tmp), safe_serialization=True)
+    else:
+        trainer.save_model(str(tmp))  # gathers ZeRO-3 shards; safetensors by default
+    if trainer.accelerator.is_main_process:
+        processor.save_pretrained(str(tmp))
+        (tmp / "training_args.bin").unlink(missing_ok=True)
+        if out_dir.exists():
+            import shutil
+
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+        log.info("final model saved to %s", out_dir)
+    trainer.accelerator.wait_for_everyone()
+    return out_dir

@@ -1,0 +1,121 @@
+"""Trace JSONL (from `spatialiq traces`) -> TRL datasets for SFT and GRPO.
+
+A trace row holds chat `messages` (optional system, user with an image path relative to the data root and the
+prompt text, assistant target), plus `answer`, `structure_id`, `task_id` and ground-truth fields. Both trainers
+get conversational rows with string contents and an `images` column; TRL inserts the image placeholder before
+the first user text, which is where the trace puts it. Images are referenced by path and decoded lazily.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from spatialiq_train.io import resolve_inside
+
+Mode = Literal["sft", "rl"]
+RL_COLUMNS: tuple[str, ...] = ("answer", "task_id", "structure_id")
+"""Columns carried into the RL dataset (reward functions receive them as keyword arguments)."""
+
+
+class TraceError(ValueError):
+    """A trace file or row is malformed; the message names file and line."""
+
+
+def read_traces(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Read a trace JSONL file; blank lines are skipped, bad lines raise naming file and line."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"trace file {p} does not exist (write it with `spatialiq traces --out {p.parent}`)")
+    rows: list[dict[str, Any]] = []
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
+                raise TraceError(f"{p}:{lineno}: expected an object with a 'messages' list")
+            rows.append(row)
+            if limit is not None and len(rows) >= limit:
+                break
+    return rows
+
+
+def _text_of(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        return "".join(str(p.get("text", "")) for p in parts)
+    raise TraceError(f"{where}: content must be a string or a list of parts, got {type(content).__name__}")
+
+
+def _images_of(content: Any) -> list[str]:
+    if not isinstance(content, list):
+        return []
+    return [str(p["image"]) for p in content if isinstance(p, dict) and p.get("type") == "image" and p.get("image")]
+
+
+def trace_to_example(row: dict[str, Any], data_root: str | Path, mode: Mode, where: str = "trace") -> dict[str, Any]:
+    """One trace row -> one TRL row: `prompt` (+ `completion` for SFT), `images` (absolute paths), RL columns."""
+    prompt: list[dict[str, str]] = []
+    completion: list[dict[str, str]] = []
+    images: list[str] = []
+    for i, msg in enumerate(row["messages"]):
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if role not in ("system", "user", "assistant"):
+            raise TraceError(f"{where}: messages[{i}] has role {role!r}; expected system, user or assistant")
+        text = _text_of(msg.get("content"), f"{where}: messages[{i}]")
+        if role == "assistant":
+            completion.append({"role": "assistant", "content": text})
+            continue
+        images += [str(resolve_inside(data_root, rel)) for rel in _images_of(msg.get("content"))]
+        prompt.append({"role": role, "content": text})
+    if not any(m["role"] == "user" for m in prompt):
+        raise TraceError(f"{where}: no user message")
+    example: dict[str, Any] = {"prompt": prompt, "images": images}
+    if mode == "sft":
+        if not completion:
+            raise TraceError(f"{where}: SFT needs an assistant message with the target")
+        example["completion"] = completion
+        return example
+    if "answer" not in row:
+        raise TraceError(f"{where}: RL needs the integer 'answer' field")
+    try:
+        example["answer"] = int(row["answer"])
+    except (TypeError, ValueError):
+        raise TraceError(f"{where}: 'answer' must be an integer, got {row['answer']!r}") from None
+    example["task_id"] = str(row.get("task_id", "task_main"))
+    example["structure_id"] = str(row.get("structure_id", ""))
+    return example
+
+
+def split_file(traces_dir: str | Path, split: str) -> Path:
+    return Path(traces_dir) / f"{split}.jsonl"
+
+
+def load_split(
+    traces_dir: str | Path, split: str, data_root: str | Path, mode: Mode, limit: int | None = None
+) -> Any:
+    """Read `<traces_dir>/<split>.jsonl` into a `datasets.Dataset` for the given trainer."""
+    path = split_file(traces_dir, split)
+    rows = read_traces(path, limit=limit)
+    if not rows:
+        raise TraceError(f"{path}: no rows")
+    examples = [trace_to_example(r, data_root, mode, where=f"{path}:row {i + 1}") for i, r in enumerate(rows)]
+    return examples_to_dataset(examples)
+
+
+def examples_to_dataset(examples: list[dict[str, Any]]) -> Any:
+    """Build a `datasets.Dataset`; the `images` column holds paths that decode to PIL images on access."""
+    import datasets
+
+    ds = datasets.Dataset.from_list(examples)
+    if "images" in ds.column_names:
+        list_type = getattr(datasets, "List", None) or datasets.Sequence
+        ds = ds.cast_column("images", list_type(datasets.Image()))
+    return ds

@@ -1,0 +1,229 @@
+"""DAPO dynamic sampling for TRL's GRPOTrainer: drop groups whose rewards do not vary, refill from new prompts.
+
+TRL 1.16 has no dynamic sampling (zero-variance groups only get advantage 0 but still count in the DAPO token
+normaliser). `DynamicSamplingGRPOTrainer` overrides one hook, `_generate_and_score_completions`: it generates and
+scores a batch with the parent implementation, keeps the groups that `filter_groups` accepts, and generates again
+for freshly drawn prompts until the batch is full or `max_refill_rounds` extra rounds were spent (verl's
+`max_num_gen_batches`). Slots still empty after the cap are filled with dropped groups whose loss mask is zeroed,
+so they carry no gradient and do not enter the normaliser. It also wraps `_calculate_rewards` only to read the
+per-function rewards that decide the filter. Counts are logged as `dynamic_sampling/*`.
+
+Each process filters and refills its own groups, so the per-device generation batch must hold whole groups.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+REWARD_STD_TOL = 1e-6
+"""A group whose reward range is at most this is treated as constant (float noise from weighted sums)."""
+
+
+def filter_groups(rewards: Sequence[float] | np.ndarray, group_size: int, tol: float = REWARD_STD_TOL) -> np.ndarray:
+    """Per-completion keep mask: True for every completion of a group whose rewards vary by more than `tol`.
+
+    `rewards` holds consecutive groups of `group_size` completions of the same prompt. NaN rewards (unscorable
+    completions) are ignored; a group with fewer than two scored completions is dropped.
+    """
+    r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 (got {group_size})")
+    if r.size % group_size:
+        raise ValueError(f"{r.size} rewards do not split into groups of {group_size}")
+    groups = r.reshape(-1, group_size)
+    scored = ~np.isnan(groups)
+    hi = np.where(scored, groups, -np.inf).max(axis=1)
+    lo = np.where(scored, groups, np.inf).min(axis=1)
+    varies = (scored.sum(axis=1) >= 2) & ((hi - lo) > tol)
+    return np.repeat(varies, group_size)
+
+
+# --- merging generation outputs ---------------------------------------------------------------------------------
+
+_LEFT = {"prompt_ids": "pad", "prompt_mask": 0}
+_RIGHT = {
+    "completion_ids": "pad",
+    "completion_mask": 0,
+    "old_per_token_logps": 0.0,
+    "ref_per_token_logps": 0.0,
+    "sampling_per_token_logps": 0.0,
+    "importance_sampling_ratio": 1.0,
+    "tool_mask": 1,
+}
+_SPLIT = ("token_type_ids", "mm_token_type_ids")  # (B, P + C): prompt part left-padded, completion part right-padded
+_ROWS = ("advantages",)
+_LISTS = ("pixel_values", "image_grid_thw", "num_images", "image_position_ids", "image_sizes", "num_tiles")
+_SCALARS = ("num_items_in_batch",)
+
+
+def _pad_cat(tensors: list[Any], side: str, value: float) -> Any:
+    import torch
+
+    width = max(t.size(1) for t in tensors)
+    out = []
+    for t in tensors:
+        gap = width - t.size(1)
+        if gap:
+            fill = torch.full((t.size(0), gap, *t.shape[2:]), value, dtype=t.dtype, device=t.device)
+            t = torch.cat([fill, t] if side == "left" else [t, fill], dim=1)
+        out.append(t)
+    return torch.cat(out, dim=0)
+
+
+def select_rows(batch: dict[str, Any], rows: Sequence[int]) -> dict[str, Any]:
+    """Rows `rows` of a split generation output (pixel values already split per sample)."""
+    idx = list(rows)
+    out: dict[str, Any] = {}
+    for key, val in batch.items():
+        if val is None or key in _SCALARS:
+            out[key] = val
+        elif isinstance(val, list):
+            out[key] = [val[i] for i in idx]
+        else:
+            out[key] = val[idx]
+    return out
+
+
+def merge_outputs(parts: list[dict[str, Any]], pad_token_id: int) -> dict[str, Any]:
+    """Concatenate split generation outputs of different widths, re-padding each key on its own side."""
+    import torch
+
+    keys = list(parts[0])
+    for part in parts[1:]:
+        if list(part) != keys:
+            raise ValueError(f"generation outputs disagree on keys: {sorted(keys)} vs {sorted(part)}")
+    merged: dict[str, Any] = {}
+    for key in keys:
+        vals = [p[key] for p in parts]
+        if all(v is None for v in vals):
+            merged[key] = None
+        elif key in _LEFT:
+            merged[key] = _pad_cat(vals, "left", pad_token_id if _LEFT[key] == "pad" else _LEFT[key])
+        elif key in _RIGHT:
+            if vals[0].dim() == 2 and vals[0].size(1) == 1 and key == "importance_sampling_ratio":
+                merged[key] = torch.cat(vals, dim=0)
+            else:
+                merged[key] = _pad_cat(vals, "right", pad_token_id if _RIGHT[key] == "pad" else _RIGHT[key])
+        elif key in _SPLIT:
+            widths = [p["prompt_ids"].size(1) for p in parts]
+            left = _pad_cat([v[:, :w] for v, w in zip(vals, widths, strict=True)], "left", 0)
+            right = _pad_cat([v[:, w:] for v, w in zip(vals, widths, strict=True)], "right", 0)
+            merged[key] = torch.cat([left, right], dim=1)
+        elif key in _ROWS:
+            merged[key] = torch.cat(vals, dim=0)
+        elif key in _LISTS:
+            merged[key] = [x for v in vals for x in v]
+        elif key in _SCALARS:
+            merged[key] = vals[0]
+        else:
+            raise KeyError(f"dynamic sampling does not know how to merge generation output key {key!r}")
+    return merged
+
+
+def _trainer_base() -> type:
+    from trl import GRPOTrainer
+
+    return GRPOTrainer
+
+
+def build_dynamic_sampling_trainer_class() -> type:
+    """The GRPOTrainer subclass (built lazily so importing this module does not import TRL)."""
+    import torch
+    from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
+
+    base = _trainer_base()
+
+    class DynamicSamplingGRPOTrainer(base):  # type: ignore[misc, valid-type]
+        """GRPOTrainer with DAPO dynamic sampling (see the module docstring)."""
+
+        def __init__(
+            self,
+            *args: Any,
+            dynamic_sampling: bool = True,
+            max_refill_rounds: int = 10,
+            filter_reward_mask: Sequence[bool] | None = None,
+            refill_rng: np.random.Generator | None = None,
+            **kwargs: Any,
+        ) -> None:
+            super().__init__(*args, **kwargs)
+            self.dynamic_sampling = dynamic_sampling
+            self.max_refill_rounds = max_refill_rounds
+            n_funcs = len(self.reward_funcs)
+            self.filter_reward_mask = list(filter_reward_mask) if filter_reward_mask is not None else [True] * n_funcs
+            if len(self.filter_reward_mask) != n_funcs:
+                raise ValueError(f"filter_reward_mask has {len(self.filter_reward_mask)} entries for {n_funcs} rewards")
+            seed = self.args.seed + 1000 * self.accelerator.process_index
+            self.refill_rng = refill_rng if refill_rng is not None else np.random.default_rng(seed)
+            self._last_rewards_per_func: Any = None
+            local = self.args.per_device_train_batch_size * self.args.steps_per_generation
+            if dynamic_sampling and local % self.num_generations:
+                raise ValueError(
+                    f"dynamic sampling needs whole groups per device: per_device_train_batch_size x "
+                    f"steps_per_generation = {local} is not a multiple of num_generations = {self.num_generations}"
+                )
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            self._last_rewards_per_func = rewards
+            return rewards
+
+        def _filter_rewards(self, n_local: int) -> np.ndarray:
+            """Weighted sum of the filter rewards for this process's rows (shaping terms excluded)."""
+            rpf = self._last_rewards_per_func
+            weights = self.reward_weights.to(rpf.device) * torch.tensor(self.filter_reward_mask, device=rpf.device)
+            total = (rpf * weights.unsqueeze(0)).nansum(dim=1)
+            total[torch.isnan(rpf).all(dim=1)] = float("nan")
+            start = self.accelerator.process_index * n_local
+            return total[start : start + n_local].detach().cpu().numpy()
+
+        def _draw_refill(self, n_groups: int) -> list[dict[str, Any]]:
+            n = len(self.train_dataset)
+            idx = self.refill_rng.choice(n, size=n_groups, replace=n_groups > n)
+            rows = [self.train_dataset[int(i)] for i in idx]
+            return [row for row in rows for _ in range(self.num_generations)]
+
+        def _generate_and_score_completions(self, inputs):  # noqa: ANN001, ANN202
+            if not (self.dynamic_sampling and self.model.training):
+                return super()._generate_and_score_completions(inputs)
+            g = self.num_generations
+            target = len(inputs) // g
+            kept: list[dict[str, Any]] = []
+            n_kept = n_dropped = rounds = 0
+            batch, last, last_mask = inputs, None, None
+            while True:
+                out = split_pixel_values_by_grid(super()._generate_and_score_completions(batch))
+                mask = filter_groups(self._filter_rewards(len(batch)), g)
+                take = np.flatnonzero(mask)[: max(0, target - n_kept) * g]
+                if take.size:
+                    kept.append(select_rows(out, take))
+                n_kept += take.size // g
+                n_dropped += int((~mask).sum()) // g
+                last, last_mask = out, mask
+                need = torch.tensor([max(0, target - n_kept)], device=self.accelerator.device)
+                if self.accelerator.gather(need).max().item() == 0 or rounds >= self.max_refill_rounds:
+                    break
+                rounds += 1
+                batch = self._draw_refill(target)
+            n_filler = target - n_kept
+            if n_filler:
+                filler = select_rows(last, np.flatnonzero(~last_mask)[: n_filler * g])
+                filler["completion_mask"] = torch.zeros_like(filler["completion_mask"])
+                kept.append(filler)
+            merged = merge_outputs(kept, self._tokenizer.pad_token_id)
+            loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1) if merged.get("tool_mask") is not None \
+                else merged["completion_mask"]
+            merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+            metrics = self._metrics["train"]
+            metrics["dynamic_sampling/kept_groups"].append(float(n_kept))
+            metrics["dynamic_sampling/dropped_groups"].append(float(n_dropped))
+            metrics["dynamic_sampling/refill_rounds"].append(float(rounds))
+            metrics["dynamic_sampling/filler_groups"].append(float(n_filler))
+            return unsplit_pixel_values_by_grid(merged)
+
+    return DynamicSamplingGRPOTrainer
