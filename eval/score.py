@@ -25,7 +25,7 @@ from eval.rawcsv import META_COLUMNS, TASK_ORDER, ResponderTable
 from eval.sample import Mode
 from eval.scenes import Scene
 from eval.stats import accuracy
-from spatialiq_train.parsing import parse_integer_answer, parse_trace
+from spatialiq_train.parsing import ParsedTrace, parse_integer_answer, parse_trace
 from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES, get_task
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,7 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
     line_visible = np.full(shape, np.nan) if mode == "from-trace" else None
     line_hidden = np.full(shape, np.nan) if mode == "from-trace" else None
     counts = {"completions": 0, "unknown_view_or_task": 0, "beyond_k": 0, "unparseable": 0}
+    traces: dict[str, ParsedTrace] = {}  # identical texts (frequent among k samples) are parsed once
     for c in completions.values():
         i = row.get(c.view)
         if i is None or c.task not in asked:
@@ -95,7 +96,9 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
             else:
                 pred[column_of(c.task)][i, c.sample] = value
             continue
-        trace = parse_trace(c.text)
+        trace = traces.get(c.text)
+        if trace is None:
+            trace = traces[c.text] = parse_trace(c.text)
         if trace.answer is None:
             counts["unparseable"] += 1
         else:

@@ -1,0 +1,93 @@
+"""Time scoring of 3000 scenes x 10 sampled CoT completions with every metric and statistic (one core).
+
+Run by hand: ``python bench/bench_eval.py [--scenes 3000] [--k 10]``. Synthetic completions: the
+ground-truth CoT trace with random perturbations of sub-task lines and the final answer, some
+unparseable. Reports the time to parse, to compute the metrics, and for a paired McNemar + BH
+comparison against a second responder. The goal is at most 2 s in total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from data_gen.camera import LEAF_VIEWS  # noqa: E402
+from eval.compare import pairwise_mcnemar  # noqa: E402
+from eval.completions import Completion  # noqa: E402
+from eval.scenes import Scene  # noqa: E402
+from eval.score import collect_predictions, first_sample_table, score_predictions  # noqa: E402
+from spatialiq_train.tasks import fill_cot_template  # noqa: E402
+
+
+def _letters(n: int) -> str:
+    return "".join(chr(ord("a") + int(d)) for d in str(n))
+
+
+def synthetic(scenes: int, k: int, rng: np.random.Generator, unique: bool = False) -> tuple[list[Scene], dict]:
+    out_scenes, completions = [], {}
+    for s in range(scenes):
+        t3, t4, hidden = int(rng.integers(2, 12)), int(rng.integers(1, 5)), int(rng.integers(0, 5))
+        t5 = int(rng.integers(t3, t3 + 8))
+        gt = {"object_type": "cube", "task1": "blocks", "task2": int(rng.integers(1, t3 + 1)), "task3": t3,
+              "task4": t4, "task5": t5, "task6": 1, "task7": 2, "task8": min(hidden, 1), "task9": 1,
+              "num_hidden_blocks": hidden, "task_main": t5 + hidden, "total_blocks": t5 + hidden,
+              "num_columns": t3, "num_layers": t4}
+        leaf = LEAF_VIEWS[s % 16]
+        view = f"benchmark/level_1/sample_{s // 16 + 1:05d}/{leaf.relpath}"
+        out_scenes.append(Scene(view, leaf, gt, Path(".")))
+        for i in range(k):
+            g = dict(gt)
+            if rng.random() < 0.4:
+                g["task5"] = t5 + int(rng.integers(-2, 3))
+            if rng.random() < 0.3:
+                g["num_hidden_blocks"] = max(0, hidden + int(rng.integers(-1, 2)))
+            g["task_main"] = g["task5"] + g["num_hidden_blocks"] + (1 if rng.random() < 0.05 else 0)
+            text = fill_cot_template(g) if rng.random() > 0.02 else "I am not sure."
+            if unique:  # defeat the parse cache: every text distinct, numbers unchanged
+                text = f"Sample {_letters(s * k + i)}.\n{text}"
+            completions[(view, "task_main", i)] = Completion(view, "task_main", i, text)
+    return out_scenes, completions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--scenes", type=int, default=3000)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--unique", action="store_true", help="Make every completion text distinct (worst case).")
+    args = parser.parse_args()
+    scenes, completions = synthetic(args.scenes, args.k, np.random.default_rng(0), args.unique)
+    best = {"parse": np.inf, "metrics": np.inf, "compare": np.inf}
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        preds = collect_predictions(scenes, completions, "from-trace", args.k)
+        t1 = time.perf_counter()
+        metrics = score_predictions(preds, "dapo-bench", "dependent_given_prerequisite")
+        t2 = time.perf_counter()
+        a = first_sample_table(preds, "a")
+        b = first_sample_table(preds, "b")
+        b.correct["main"] = np.roll(b.correct["main"], 7)
+        pairwise_mcnemar({"a": a, "b": b, "c": a}, "main")
+        t3 = time.perf_counter()
+        best = {"parse": min(best["parse"], t1 - t0), "metrics": min(best["metrics"], t2 - t1),
+                "compare": min(best["compare"], t3 - t2)}
+    total = sum(best.values())
+    oc = metrics["object_counting"]
+    print(f"{args.scenes} scenes x {args.k} samples ({len(completions)} completions), best of {args.repeats}:")
+    print(f"  parse {best['parse']:.3f} s  metrics {best['metrics']:.3f} s  McNemar+BH {best['compare']:.3f} s  "
+          f"total {total:.3f} s")
+    unique = len({c.text for c in completions.values()})
+    print(f"  {unique} distinct completion texts (identical texts are parsed once)")
+    k = args.k
+    print(f"  acc@1 {oc['acc@1']:.3f}  maj@{k} {oc[f'maj@{k}']:.3f}  pass@{k} {oc[f'pass@{k}']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
