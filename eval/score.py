@@ -26,7 +26,7 @@ from eval.sample import Mode
 from eval.scenes import Scene
 from eval.stats import accuracy
 from spatialiq_train.parsing import ParsedTrace, parse_integer_answer, parse_trace
-from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES, get_task
+from spatialiq_train.tasks import COT_LINE_TASKS, INTEGER_TASKS, SCORED_COT_LINES, get_task
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,8 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
         asked = ["task_main"]
         columns = [*TRACE_TASKS, "task_main"]
     else:
-        asked = sorted({c.task for c in completions.values()}, key=lambda t: TASK_ORDER.index(column_of(t)))
+        known = {c.task for c in completions.values() if c.task in INTEGER_TASKS}
+        asked = sorted(known, key=lambda t: TASK_ORDER.index(column_of(t)))
         columns = asked
     shape = (len(scenes), k)
     pred = {column_of(t): np.full(shape, np.nan) for t in columns}

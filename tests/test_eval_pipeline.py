@@ -310,3 +310,16 @@ def test_transformers_engine_samples_from_tiny_model(tmp_path: Path) -> None:
     assert run_sampling(scenes, engine, cfg2, tmp_path / "i.jsonl").written == 2
     preds = collect_predictions(scenes, load_completions(out))  # random text: parsed or counted, never a crash
     assert preds.counts["completions"] == 2
+
+
+def test_unknown_views_and_tasks_are_counted_not_fatal(dataset: Path) -> None:
+    scenes = find_scenes(dataset)
+    records = {("elsewhere/view_01/offset3_fov1_dist1", "task5", 0): Completion("elsewhere", "task5", 0, "3"),
+               (scenes[0].view, "task42", 0): Completion(scenes[0].view, "task42", 0, "3"),
+               (scenes[0].view, "task5", 0): Completion(scenes[0].view, "task5", 0, "no number here")}
+    preds = collect_predictions(scenes, records)
+    assert preds.mode == "independent" and list(preds.pred) == ["task5"]
+    assert preds.counts["unknown_view_or_task"] == 2 and preds.counts["unparseable"] == 1
+    assert preds.counts["absent"] == 31
+    m = score_predictions(preds, "x", "prerequisite_given_dependent")
+    assert m["object_counting"] == {} and m["per_task"]["task5"]["n"] == 0

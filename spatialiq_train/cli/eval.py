@@ -117,9 +117,9 @@ def score(
     atomic_write_json(metrics_path, jsonable(metrics))
     write_raw_csv(out / f"eval_raw_{name}_text.csv", first_sample_table(preds, name))
     oc = metrics["object_counting"]
-    typer.echo(f"{metrics_path}: acc@1 {oc.get('acc@1'):.4f}  maj@{preds.k} {oc.get(f'maj@{preds.k}'):.4f}  "
-               f"pass@{preds.k} {oc.get(f'pass@{preds.k}'):.4f}  unparseable {preds.counts['unparseable']}  "
-               f"absent {preds.counts['absent']}")
+    shown = "  ".join(f"{key} {oc[key]:.4f}" for key in ("acc@1", f"maj@{preds.k}", f"pass@{preds.k}") if key in oc)
+    typer.echo(f"{metrics_path}: {shown}  unparseable {preds.counts['unparseable']}  absent {preds.counts['absent']}  "
+               f"unknown {preds.counts['unknown_view_or_task']}")
 
 
 @eval_app.command("report")
