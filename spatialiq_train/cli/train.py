@@ -1,9 +1,99 @@
-"""`spatialiq` commands for the train area."""
+"""`spatialiq` commands for the train area: `train sft`, `train rl`, `run dapo-tight`, `recipes validate|show`.
+
+Trailing KEY.PATH=VALUE arguments override recipe keys (values parsed with yaml.safe_load), e.g.
+`spatialiq train rl --recipe recipes/dapo_tight_7b.yaml rl.learning_rate=1e-6 rl.init_from=runs/sft_cot/final`.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+OVERRIDES = typer.Argument(None, help="Recipe overrides KEY.PATH=VALUE, e.g. rl.learning_rate=1e-6.")
+RECIPE = typer.Option(..., "--recipe", "-r", help="Recipe YAML (recipes/*.yaml).")
+OUT = typer.Option(None, "--out", "-o", help="Output folder (default: the recipe's run.output_dir).")
+
+
+def _load(recipe: Path, overrides: list[str] | None):  # noqa: ANN202
+    from spatialiq_train.recipes import RecipeError, load_recipe
+
+    try:
+        return load_recipe(recipe, list(overrides or []))
+    except RecipeError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+
+
+def _out(recipe, out: Path | None, leaf: str) -> Path:  # noqa: ANN001
+    return out if out is not None else Path(recipe.run.output_dir) / leaf
+
+
+def sft_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES) -> None:
+    """Supervised fine-tuning (SFT-plain or SFT-CoT) on the recipe's data.sft_split; loss on assistant tokens."""
+    from spatialiq_train.train.sft import run_sft
+
+    rec = _load(recipe, overrides)
+    final = run_sft(rec, _out(rec, out, "sft"))
+    typer.echo(f"SFT finished: {final}")
+
+
+def rl_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES) -> None:
+    """GRPO under the DAPO recipe on data.rl_split, starting from (and KL-anchored to) rl.init_from."""
+    from spatialiq_train.train.rl import run_rl
+
+    rec = _load(recipe, overrides)
+    if rec.rl.init_from is None and not rec.model.tiny:
+        typer.echo("note: rl.init_from is not set; starting from (and anchoring to) model.name_or_path", err=True)
+    final = run_rl(rec, _out(rec, out, "rl"))
+    typer.echo(f"RL finished: {final}")
+
+
+def dapo_tight_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES) -> None:
+    """Both DAPO-tight phases under one run folder: SFT warm-up, then RL; rerun to resume."""
+    from spatialiq_train.train.run import run_dapo_tight
+
+    rec = _load(recipe, overrides)
+    final = run_dapo_tight(rec, out if out is not None else Path(rec.run.output_dir))
+    typer.echo(f"DAPO-tight finished: {final}")
+
+
+def validate_cmd(
+    files: list[Path] = typer.Argument(..., help="Recipe YAML files."),
+    overrides: list[str] | None = typer.Option(None, "--set", help="Override KEY.PATH=VALUE (repeatable)."),
+) -> None:
+    """Validate recipes; exits non-zero when any is invalid."""
+    from spatialiq_train.recipes import RecipeError, load_recipe
+
+    bad = 0
+    for f in files:
+        try:
+            load_recipe(f, list(overrides or []))
+            typer.echo(f"ok: {f}")
+        except RecipeError as exc:
+            bad += 1
+            typer.echo(str(exc), err=True)
+    if bad:
+        raise typer.Exit(1)
+
+
+def show_cmd(recipe: Path = typer.Argument(..., help="Recipe YAML."), overrides: list[str] | None = OVERRIDES) -> None:
+    """Print the fully resolved recipe (defaults filled in, overrides applied)."""
+    from spatialiq_train.recipes import recipe_to_yaml
+
+    typer.echo(recipe_to_yaml(_load(recipe, overrides)), nl=False)
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root app."""
+    train_app = typer.Typer(help="Train Qwen2.5-VL: SFT and GRPO/DAPO with TRL.", no_args_is_help=True)
+    train_app.command("sft")(sft_cmd)
+    train_app.command("rl")(rl_cmd)
+    run_app = typer.Typer(help="Multi-phase training runs.", no_args_is_help=True)
+    run_app.command("dapo-tight")(dapo_tight_cmd)
+    recipes_app = typer.Typer(help="Inspect and validate training recipes.", no_args_is_help=True)
+    recipes_app.command("validate")(validate_cmd)
+    recipes_app.command("show")(show_cmd)
+    app.add_typer(train_app, name="train")
+    app.add_typer(run_app, name="run")
+    app.add_typer(recipes_app, name="recipes")

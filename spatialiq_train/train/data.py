@@ -9,10 +9,13 @@ the first user text, which is where the trace puts it. Images are referenced by 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
 from spatialiq_train.io import resolve_inside
+
+log = logging.getLogger(__name__)
 
 Mode = Literal["sft", "rl"]
 RL_COLUMNS: tuple[str, ...] = ("answer", "task_id", "structure_id")
@@ -106,7 +109,14 @@ def load_split(
     rows = read_traces(path, limit=limit)
     if not rows:
         raise TraceError(f"{path}: no rows")
+    if mode == "rl":
+        usable = [r for r in rows if r.get("answer") is not None]
+        if len(usable) < len(rows):
+            log.info("%s: %d rows without an integer answer are not RL prompts; skipped", path, len(rows) - len(usable))
+        rows = usable
     examples = [trace_to_example(r, data_root, mode, where=f"{path}:row {i + 1}") for i, r in enumerate(rows)]
+    if not examples:
+        raise TraceError(f"{path}: no rows usable for {mode}")
     return examples_to_dataset(examples)
 
 

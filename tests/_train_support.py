@@ -1,0 +1,54 @@
+"""Helpers for the training tests: synthetic trace JSONL with PIL images, recipe loading, one torch thread."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_RECIPE = REPO / "recipes" / "tiny_cpu.yaml"
+
+
+def one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def trace_row(rel_image: str, answer: int, structure_id: str, system: str | None = "Answer in tags.") -> dict[str, Any]:
+    """One trace row in the `spatialiq traces` format (data_gen/traces.py)."""
+    messages: list[dict[str, Any]] = []
+    if system is not None:
+        messages.append({"role": "system", "content": [{"type": "text", "text": system}]})
+    messages.append({"role": "user", "content": [{"type": "image", "image": rel_image},
+                                                 {"type": "text", "text": "How many blocks are there?"}]})
+    messages.append({"role": "assistant", "content": [{"type": "text", "text": f"<answer>{answer}</answer>"}]})
+    return {"messages": messages, "view": rel_image, "structure_id": structure_id, "answer": answer,
+            "task_id": "task_main", "task_main": answer}
+
+
+def write_traces(
+    root: Path, split: str, n: int, rng: np.random.Generator, answer: Callable[[int], int], start: int = 0
+) -> Path:
+    """Write `n` random 56x56 images under root/img and `root/traces/<split>.jsonl`; returns the traces folder."""
+    (root / "img").mkdir(parents=True, exist_ok=True)
+    traces = root / "traces"
+    traces.mkdir(exist_ok=True)
+    lines = []
+    for i in range(start, start + n):
+        rel = f"img/{split}_{i}.png"
+        Image.fromarray((rng.random((56, 56, 3)) * 255).astype("uint8")).save(root / rel)
+        lines.append(json.dumps(trace_row(rel, answer(i), f"{split}-{i}")))
+    (traces / f"{split}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return traces
+
+
+def tiny_recipe(overrides: list[str] | None = None) -> Any:
+    from spatialiq_train.recipes import load_recipe
+
+    return load_recipe(TINY_RECIPE, list(overrides or []))

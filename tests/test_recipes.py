@@ -1,0 +1,120 @@
+"""Recipes: every shipped YAML validates, typos name the key and the nearest valid one, overrides, CLI exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spatialiq_train.recipes import (
+    Recipe,
+    RecipeError,
+    apply_overrides,
+    load_recipe,
+    parse_override,
+    recipe_from_dict,
+    recipe_to_yaml,
+)
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+SHIPPED = sorted(RECIPES.glob("*.yaml"))
+EXPECTED = {"sft_plain_7b", "sft_cot_7b", "dapo_tight_7b", "sft_plain_32b", "sft_cot_32b", "dapo_tight_32b",
+            "tiny_cpu"}
+
+
+def test_every_expected_recipe_is_shipped() -> None:
+    assert {p.stem for p in SHIPPED} == EXPECTED
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_recipe_validates_and_round_trips(path: Path) -> None:
+    recipe = load_recipe(path)
+    assert recipe.name == path.stem
+    again = recipe_from_dict(__import__("yaml").safe_load(recipe_to_yaml(recipe)))
+    assert again == recipe
+
+
+@pytest.mark.parametrize("scale", ["7b", "32b"])
+def test_paper_values(scale: str) -> None:
+    dapo = load_recipe(RECIPES / f"dapo_tight_{scale}.yaml")
+    assert (dapo.eval.k, dapo.eval.temperature, dapo.eval.top_p, dapo.eval.max_new_tokens) == (10, 1.0, 1.0, 1024)
+    assert dapo.reward.weights == {"format": 0.1, "integer_distance": 0.9}
+    assert (dapo.rl.epsilon, dapo.rl.epsilon_high, dapo.rl.loss_type) == (0.2, 0.28, "dapo")
+    assert (dapo.rl.beta, dapo.rl.kl_estimator) == (0.05, "k3")
+    assert dapo.rl.learning_rate == 5e-7 and dapo.rl.warmup_steps > 0
+    assert dapo.rl.dynamic_sampling.enabled and dapo.rl.overlong.enabled
+    assert (dapo.data.sft_split, dapo.data.rl_split) == ("warmup", "rl")
+    assert dapo.model.name_or_path == f"Qwen/Qwen2.5-VL-{scale.upper()}-Instruct"
+    for kind in ("plain", "cot"):
+        sft = load_recipe(RECIPES / f"sft_{kind}_{scale}.yaml")
+        assert sft.sft.learning_rate == 2e-5 and sft.sft.assistant_only_loss
+        assert sft.data.traces_dir.endswith(kind)
+
+
+def test_misspelled_key_names_path_and_nearest_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nrl:\n  epsilon_hgih: 0.3\n  dynamic_sampling:\n    max_refil_rounds: 2\n")
+    with pytest.raises(RecipeError) as err:
+        load_recipe(bad)
+    msg = str(err.value)
+    assert str(bad) in msg
+    assert "'rl.epsilon_hgih'" in msg and "did you mean 'rl.epsilon_high'" in msg
+    assert "'rl.dynamic_sampling.max_refil_rounds'" in msg and "'rl.dynamic_sampling.max_refill_rounds'" in msg
+
+
+def test_unknown_section_suggests_section() -> None:
+    with pytest.raises(RecipeError, match=r"unknown key 'generaton'.*did you mean 'generation'"):
+        recipe_from_dict({"name": "x", "generaton": {"temperature": 1.0}})
+
+
+def test_bad_value_names_key() -> None:
+    with pytest.raises(RecipeError, match=r"rl\.loss_type"):
+        recipe_from_dict({"name": "x", "rl": {"loss_type": "ppo"}})
+    with pytest.raises(RecipeError, match=r"epsilon_high"):
+        recipe_from_dict({"name": "x", "rl": {"epsilon": 0.3, "epsilon_high": 0.2}})
+
+
+def test_parse_override_uses_yaml_values() -> None:
+    assert parse_override("rl.learning_rate=1.0e-6") == (["rl", "learning_rate"], 1e-6)
+    assert parse_override("rl.dynamic_sampling.enabled=false") == (["rl", "dynamic_sampling", "enabled"], False)
+    assert parse_override("reward.weights={format: 1}") == (["reward", "weights"], {"format": 1})
+    assert parse_override("data.eval_split=null") == (["data", "eval_split"], None)
+    with pytest.raises(RecipeError, match="KEY.PATH=VALUE"):
+        parse_override("rl.learning_rate")
+
+
+def test_overrides_apply_and_validate() -> None:
+    data = {"name": "x", "rl": {"beta": 0.05}}
+    out = apply_overrides(data, ["rl.beta=0.0", "rl.learning_rate=1e-6", "generation.temperature=0.7"])
+    assert data["rl"] == {"beta": 0.05}  # input untouched
+    recipe = recipe_from_dict(out)
+    assert (recipe.rl.beta, recipe.rl.learning_rate, recipe.generation.temperature) == (0.0, 1e-6, 0.7)
+    with pytest.raises(RecipeError, match="is a value, not a section"):
+        apply_overrides(data, ["rl.beta.x=1"])
+    with pytest.raises(RecipeError, match="did you mean 'rl.learning_rate'"):
+        recipe_from_dict(apply_overrides(data, ["rl.learnig_rate=1"]))
+
+
+def test_defaults_are_the_paper_defaults() -> None:
+    r = Recipe(name="defaults")
+    assert r.reward.weights == {"format": 0.1, "integer_distance": 0.9}
+    assert (r.rl.learning_rate, r.sft.learning_rate, r.rl.beta) == (5e-7, 2e-5, 0.05)
+
+
+def test_cli_validate_exit_codes(tmp_path: Path) -> None:
+    from spatialiq_train.cli import app
+
+    runner = CliRunner()
+    files = [str(RECIPES / "tiny_cpu.yaml"), str(RECIPES / "dapo_tight_7b.yaml")]
+    ok = runner.invoke(app, ["recipes", "validate", *files])
+    assert ok.exit_code == 0, ok.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nsft:\n  learnin_rate: 1\n")
+    res = runner.invoke(app, ["recipes", "validate", str(bad)])
+    assert res.exit_code != 0
+    assert "sft.learning_rate" in res.output
+    missing = runner.invoke(app, ["recipes", "validate", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code != 0
+    shown = runner.invoke(app, ["recipes", "show", str(RECIPES / "tiny_cpu.yaml"), "rl.beta=0.125"])
+    assert shown.exit_code == 0 and "beta: 0.125" in shown.output
