@@ -33,7 +33,6 @@ MAX_HEIGHT = 4
 """Stack limit of the 4x4x4 grid (block ids are ``(i*cols+j)*MAX_HEIGHT+k``)."""
 RENDERERS = ("none", "mitsuba", "isaacsim")
 _RENDER_STREAM = 0x52454E44  # extra entropy word: render draws never collide with structure draws
-DEFAULT_ENVIRONMENTS = 4
 VIEWS_PER_STRUCTURE = 16
 
 
@@ -122,9 +121,12 @@ def shard_complete(out: Path, split: str, shard: int, num_shards: int) -> bool:
 def run(cfg: GenConfig, renderer: Any = None, progress: bool = True, plan_only: bool = False) -> dict[str, Any] | None:
     """Generate (the missing shards of) a run; returns the manifest once every shard is complete.
 
-    ``renderer`` overrides ``cfg.renderer`` with a ready object (tests inject fakes this way).
+    ``renderer`` overrides ``cfg.renderer`` with a ready object (tests inject fakes this way); it is used
+    in-process only: with ``workers > 1`` every worker process builds its own from ``cfg.renderer``.
     """
     out = Path(cfg.out)
+    if renderer is None and not plan_only:
+        renderer = make_renderer(cfg)  # fail fast on a missing optional dependency, before writing anything
     out.mkdir(parents=True, exist_ok=True)
     check_gen_config(out, cfg)
     if plan_only:
@@ -190,7 +192,7 @@ def _render_views(
     from data_gen.render import SceneSpec
 
     rows, cols = hmap.shape
-    env, seed = render_params(cfg.seed, entry.index, int(getattr(renderer, "num_environments", DEFAULT_ENVIRONMENTS)))
+    env, seed = render_params(cfg.seed, entry.index, _num_environments(renderer))
     hm = tuple(tuple(int(v) for v in row) for row in hmap.tolist())
     images: dict = {}
     visible: dict | None = None if cfg.object_type == "cube" else {}
@@ -210,6 +212,16 @@ def _render_views(
         except Exception as exc:
             raise GenerationError(f"view {where}: {type(exc).__name__}: {exc}") from exc
     return images, visible
+
+
+def _num_environments(renderer: Any) -> int:
+    """The renderer's own ``num_environments``, else the shared presets of ``data_gen.render.materials``."""
+    n = getattr(renderer, "num_environments", None)
+    if n is None:
+        from data_gen.render.materials import ENVIRONMENTS
+
+        n = len(ENVIRONMENTS)
+    return int(n)
 
 
 def process_structure(cfg: GenConfig, entry: PlannedStructure, renderer: Any) -> list[dict[str, Any]]:
@@ -251,7 +263,7 @@ def generate_shards(cfg: GenConfig, todo: list[int], renderer: Any = None, progr
     ranges = {s: shard_range(s, k, n) for s in todo}
     shard_of = {i: s for s, (a, b) in ranges.items() for i in range(a, b + 1)}
     if renderer is None:
-        renderer = make_renderer(cfg)  # also fails fast on a missing optional dependency
+        renderer = make_renderer(cfg)
     with _Executor(cfg, renderer) as ex:
         entries = [e for e in make_plan(cfg, ex, progress) if e.sample_idx in shard_of]
         pending: dict[int, list[dict[str, Any]]] = {s: [] for s in todo}

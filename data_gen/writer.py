@@ -99,7 +99,7 @@ def encode_png(rgb: np.ndarray) -> bytes:
     if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
         raise ValueError(f"expected an (H, W, 3) uint8 image, got shape {arr.shape} dtype {arr.dtype}")
     buf = io.BytesIO()
-    Image.fromarray(arr, mode="RGB").save(buf, format="PNG", compress_level=6)
+    Image.fromarray(arr).save(buf, format="PNG", compress_level=6)
     return buf.getvalue()
 
 

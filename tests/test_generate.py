@@ -297,6 +297,7 @@ def test_missing_renderer_dependency_gives_install_hint(tmp_path: Path, monkeypa
     monkeypatch.setattr(data_gen.render, "get_renderer", absent)
     with pytest.raises(GenerationError, match=r"pip install -e '\.\[render\]'"):
         run(cfg(tmp_path, structures=1, renderer="mitsuba"), progress=False)
+    assert not tmp_path.joinpath("gen_config.json").exists()  # a later run with other arguments is not refused
 
 
 def test_workers_give_identical_bytes(tmp_path: Path) -> None:
