@@ -30,13 +30,19 @@ def _messages(req: Request) -> list[dict[str, Any]]:
 
 
 def _images(req: Request) -> list[Any]:
+    import io
+
     from PIL import Image
 
     images = []
-    for path in req.images:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"{path}: image missing for {req.view} {req.task}")
-        with Image.open(path) as im:
+    for source in req.images:
+        if isinstance(source, bytes):
+            with Image.open(io.BytesIO(source)) as im:
+                images.append(im.convert("RGB"))
+            continue
+        if not Path(source).is_file():
+            raise FileNotFoundError(f"{source}: image missing for {req.view} {req.task}")
+        with Image.open(source) as im:
             images.append(im.convert("RGB"))
     return images
 

@@ -72,7 +72,8 @@ class Request:
     task: str
     prompt: str
     system: str | None
-    images: tuple[Path, ...]
+    images: tuple[Path | bytes, ...]
+    """view.png paths, or PNG bytes for scenes read from parquet."""
     samples: tuple[int, ...]
     seed: int
 
@@ -94,19 +95,24 @@ def plan_requests(scenes: Sequence[Scene], config: SamplingConfig, done: set[Key
     dialect = config.prompt_dialect()
     system = COT_SYSTEM_PROMPT if config.mode == "from-trace" and config.cot_system_prompt else None
     prompts = {t: build_prompt(t, dialect) for t in config.task_list()}
+    by_view = {s.view: s for s in scenes}
     requests: list[Request] = []
     for scene in scenes:
         for task, prompt in prompts.items():
             missing = tuple(i for i in range(config.k) if (scene.view, task, i) not in done)
             if not missing:
                 continue
-            images: tuple[Path, ...] = (scene.image,)
+            images: tuple[Path | bytes, ...] = (scene.image_source,)
             if task in PARTNER_STEP:
-                partner = scene.partner_image(PARTNER_STEP[task])
-                if not partner.parent.is_dir():
-                    log.warning("%s: partner view %s is absent; %s not asked", scene.view, partner.parent, task)
+                partner_view = scene.partner_view(PARTNER_STEP[task])
+                partner = by_view.get(partner_view)
+                if partner is not None:
+                    images = (scene.image_source, partner.image_source)
+                elif (scene.root / partner_view).is_dir():
+                    images = (scene.image_source, scene.partner_image(PARTNER_STEP[task]))
+                else:
+                    log.warning("%s: partner view %s is absent; %s not asked", scene.view, partner_view, task)
                     continue
-                images = (scene.image, partner)
             requests.append(Request(scene.view, task, prompt, system, images, missing,
                                     request_seed(config.seed, scene.view, task, missing[0])))
     return requests

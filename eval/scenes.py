@@ -39,10 +39,17 @@ class Scene:
     leaf: LeafView
     gt: dict[str, Any] = field(repr=False)
     root: Path = field(repr=False)
+    image_bytes: bytes | None = field(default=None, repr=False, compare=False)
+    """PNG bytes when the scene came from a parquet shard with an image column."""
 
     @property
     def image(self) -> Path:
         return self.root / self.view / IMAGE_FILE
+
+    @property
+    def image_source(self) -> Path | bytes:
+        """What an engine opens: the embedded PNG bytes when present, else the view.png path."""
+        return self.image_bytes if self.image_bytes is not None else self.image
 
     @property
     def object_type(self) -> str:
@@ -80,11 +87,15 @@ def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene
     """Every leaf view with a gt.json under ``data/split`` (or ``data`` when that folder is absent), sorted.
 
     Keys stay relative to ``data``. A malformed gt.json raises a ValueError naming the file and line.
+    When there is no per-view folder at all but ``data/data/<split>-*.parquet`` shards exist, the
+    scenes (and their embedded images) are read from those instead.
     """
     root = Path(data)
     if not root.is_dir():
         raise FileNotFoundError(f"data folder {root} does not exist")
     base = root / split if split and (root / split).is_dir() else root
+    if not (root / split if split else root).is_dir() and split and sorted((root / "data").glob(f"{split}-*.parquet")):
+        return scenes_from_parquet(root, split)
     scenes: list[Scene] = []
     for gt_path in base.rglob(GT_FILE):
         leaf_dir, view_dir = gt_path.parent, gt_path.parent.parent
@@ -101,5 +112,37 @@ def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene
         scenes.append(Scene(rel, LeafView(int(m.group(1)), offset, fov, dist), gt, root))
     if not scenes:
         raise FileNotFoundError(f"no view_VV/offsetO_fovF_distD/gt.json below {base}")
+    scenes.sort(key=lambda s: _natural_key(s.view))
+    return scenes
+
+
+def _parquet_gt(row: dict[str, Any], path: Path, index: int) -> dict[str, Any]:
+    gt = {k: v for k, v in row.items() if k not in ("image", "visible_blocks", "height_map", "camera")}
+    try:
+        return _check_gt(gt, path)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (row {index})") from None
+
+
+def scenes_from_parquet(data: str | Path, split: str) -> list[Scene]:
+    """Scenes from ``data/data/<split>-*.parquet`` (one row per leaf view, ``view`` = its folder path)."""
+    import pyarrow.parquet as pq
+
+    root = Path(data)
+    scenes: list[Scene] = []
+    for path in sorted((root / "data").glob(f"{split}-*.parquet")):
+        table = pq.read_table(path)
+        for column in ("view", "view_idx", "offset", "fov", "dist", *REQUIRED_GT):
+            if column not in table.column_names:
+                raise ValueError(f"{path}: parquet shard lacks column {column!r}")
+        for i, row in enumerate(table.to_pylist()):
+            view = row["view"]
+            resolve_inside(root, view)
+            image = row.get("image")
+            leaf = LeafView(int(row["view_idx"]), float(row["offset"]), float(row["fov"]), float(row["dist"]))
+            scenes.append(Scene(view, leaf, _parquet_gt(row, path, i), root,
+                                image.get("bytes") if isinstance(image, dict) else None))
+    if not scenes:
+        raise FileNotFoundError(f"no rows in {root / 'data'}/{split}-*.parquet")
     scenes.sort(key=lambda s: _natural_key(s.view))
     return scenes

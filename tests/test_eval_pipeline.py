@@ -323,3 +323,37 @@ def test_unknown_views_and_tasks_are_counted_not_fatal(dataset: Path) -> None:
     assert preds.counts["absent"] == 31
     m = score_predictions(preds, "x", "prerequisite_given_dependent")
     assert m["object_counting"] == {} and m["per_task"]["task5"]["n"] == 0
+
+
+def test_parquet_split_is_read_when_no_view_folders(dataset: Path, tmp_path: Path) -> None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from eval.engines import _images
+
+    folder_scenes = find_scenes(dataset)
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(png, format="PNG")
+    rows = []
+    for s in folder_scenes:
+        row = {k: v for k, v in s.gt.items() if k != "task1"}
+        row.update(view=s.view, view_idx=s.leaf.view_idx, offset=s.leaf.offset, fov=s.leaf.fov, dist=s.leaf.dist,
+                   image={"bytes": png.getvalue(), "path": f"{s.view}/view.png"})
+        rows.append(row)
+    root = tmp_path / "pq"
+    (root / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows[:20]), root / "data" / "benchmark-00000-of-00002.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[20:]), root / "data" / "benchmark-00001-of-00002.parquet")
+    scenes = find_scenes(root)
+    assert [s.view for s in scenes] == [s.view for s in folder_scenes]
+    assert all(a.gt["task_main"] == b.gt["task_main"] for a, b in zip(scenes, folder_scenes, strict=True))
+    req = plan_requests(scenes, SamplingConfig(mode="independent", k=1, tasks=["task11"]), set())[0]
+    assert all(isinstance(i, bytes) for i in req.images) and len(req.images) == 2
+    assert _images(req)[1].getpixel((0, 0)) == (1, 2, 3)
+    bad = rows[0] | {"task5": None}
+    pq.write_table(pa.Table.from_pylist([bad]), root / "data" / "benchmark-00000-of-00002.parquet")
+    with pytest.raises(ValueError, match=r"benchmark-00000-of-00002.parquet: key 'task5' .* \(row 0\)"):
+        find_scenes(root)

@@ -57,19 +57,20 @@ def sample(
     tasks: str | None = typer.Option(None, "--tasks", help="independent mode: comma-separated task ids."),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N scenes (smoke runs)."),
     seed: int = typer.Option(0, "--seed"),
-    batch_size: int = typer.Option(16, "--batch-size", help="Requests per engine call (and per append)."),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", help="Requests per engine call and per append (default 256 with vLLM, 4 otherwise)."),
 ) -> None:
     """Draw k completions per benchmark scene; an interrupted run continues where it stopped."""
     from pydantic import ValidationError
 
-    from eval.engines import make_engine
+    from eval.engines import VLLMEngine, make_engine
     from eval.sample import SamplingConfig, run_sampling
     from eval.scenes import find_scenes
 
     try:
         config = SamplingConfig(mode=mode, k=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                 dialect=dialect, cot_system_prompt=cot_system_prompt, seed=seed,
-                                tasks=tasks.split(",") if tasks else None, batch_size=batch_size)
+                                tasks=tasks.split(",") if tasks else None, batch_size=batch_size or 1)
         config.task_list()
         scenes = find_scenes(data, split)[:limit]
     except (ValidationError, ValueError, KeyError, FileNotFoundError) as exc:
@@ -78,6 +79,8 @@ def sample(
         gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device)
     except (RuntimeError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    if batch_size is None:
+        config = config.model_copy(update={"batch_size": 256 if isinstance(gen_engine, VLLMEngine) else 4})
     report = run_sampling(scenes, gen_engine, config, out,
                           progress=lambda done, total: log.info("%d/%d completions", done, total))
     typer.echo(f"{out}: {report.already_done} already on file, {report.written} written")
