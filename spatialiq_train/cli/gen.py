@@ -61,6 +61,8 @@ def gen(
     elif manifest is not None:
         c = manifest["counts"]
         typer.echo(f"{c['structures']} structures, {c['views']} views, {len(manifest['shards'])} shard(s) in {out}")
+    else:
+        typer.echo(f"shard {shard} of {cfg.shard_count} complete; once all are, run: spatialiq gen-merge --out {out}")
 
 
 def gen_merge(out: Path = typer.Option(..., "--out", help="Dataset directory of a sharded (Slurm array) run.")) -> None:
