@@ -310,6 +310,17 @@ def test_transformers_engine_samples_from_tiny_model(tmp_path: Path) -> None:
     assert run_sampling(scenes, engine, cfg2, tmp_path / "i.jsonl").written == 2
     preds = collect_predictions(scenes, load_completions(out))  # random text: parsed or counted, never a crash
     assert preds.counts["completions"] == 2
+    runner = CliRunner()
+    res = runner.invoke(app, ["eval", "sample", "--model", str(model_dir), "--data", str(data), "--out",
+                              str(tmp_path / "cli.jsonl"), "--engine", "transformers", "--k", "2",
+                              "--max-new-tokens", "4", "--limit", "2"])
+    assert res.exit_code == 0, res.output
+    assert len(load_completions(tmp_path / "cli.jsonl")) == 4
+    res = runner.invoke(app, ["eval", "score", "--completions", str(tmp_path / "cli.jsonl"), "--data", str(data),
+                              "--out", str(tmp_path / "score"), "--name", "tiny"])
+    assert res.exit_code == 0, res.output
+    counts = json.loads((tmp_path / "score" / "metrics_tiny.json").read_text())["counts"]
+    assert counts["completions"] == 4 and counts["absent"] == 16 * 2 - 4
 
 
 def test_unknown_views_and_tasks_are_counted_not_fatal(dataset: Path) -> None:
