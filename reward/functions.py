@@ -31,6 +31,7 @@ from spatialiq_train.parsing import ANSWER_CLOSE, ANSWER_OPEN, parse_trace, tag_
 from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES
 
 _OPEN_LEN = len(ANSWER_OPEN)
+_TAG_TAIL = "answer>"
 STEPWISE_FIELDS: tuple[str, ...] = (*(COT_LINE_TASKS[n] for n in SCORED_COT_LINES), "num_hidden_blocks")
 """Ground-truth columns ``stepwise`` compares, in CoT line order 2..10."""
 
@@ -41,16 +42,23 @@ STEPWISE_FIELDS: tuple[str, ...] = (*(COT_LINE_TASKS[n] for n in SCORED_COT_LINE
 def answer_span(text: str) -> str | None:
     """The content of the single well-formed answer pair, or None when ``format`` is 0.
 
-    A few ``str.find`` calls, so linear in the text and fast on the hot path.
+    A handful of ``str.find`` calls (no Python-level loop over the text), so linear and fast: the
+    common path scans the text before the tags once, for the tail ``answer>`` both tags share.
     """
-    start = text.find(ANSWER_OPEN)
-    if start < 0:
+    first = text.find(_TAG_TAIL)
+    if first < 1:
         return None
+    if text[first - 1] == "<":  # the first tag is an opening one, so no closing tag precedes it
+        start = first - 1
+    else:  # the first tail belongs to a closing tag (invalid) or to neither tag (rare)
+        if text[first - 2 : first] == "</":
+            return None
+        start = text.find(ANSWER_OPEN, first)
+        if start < 0 or text.find(ANSWER_CLOSE, 0, start) >= 0:
+            return None
     body = start + _OPEN_LEN
     end = text.find(ANSWER_CLOSE, body)
     if end < 0:
-        return None
-    if text.find(ANSWER_CLOSE, 0, start) >= 0:  # a closing tag before the opening one
         return None
     if text.find(ANSWER_OPEN, body) >= 0 or text.find(ANSWER_CLOSE, end + 1) >= 0:  # a second tag of either kind
         return None
@@ -65,6 +73,8 @@ def gated_integer(text: str) -> int | None:
 
 def as_int(value: Any, column: str) -> int:
     """A ground-truth value as int: ints (not bools) and integer strings pass; anything else is an error."""
+    if type(value) is int:  # the hot path
+        return value
     if isinstance(value, bool):
         raise ValueError(f"column {column!r}: expected an integer, got the bool {value!r}")
     if isinstance(value, numbers.Integral):
@@ -154,7 +164,7 @@ def _score_each(reward: str, fn: Callable[..., float], completions: Sequence[Any
     out: list[float] = []
     for args in zip(completions, *cols, strict=True):
         try:
-            out.append(float(fn(*args)))
+            out.append(fn(*args))
         except Exception as exc:  # noqa: BLE001 - counted by record_error, scored 0, never hidden
             record_error(reward, exc)
             out.append(0.0)

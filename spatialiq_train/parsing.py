@@ -15,7 +15,8 @@ from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
 _INT_REVERSED = re.compile(r"[0-9]+-?", re.ASCII)
-_WHOLE_INT = re.compile(r"\s*(-?[0-9]+)\s*", re.ASCII)
+_MAX_DIGITS = 18  # longer digit runs are no answer (and int() of a huge run is slow or refused)
+_NON_RE_SPACE = "\x1c\x1d\x1e\x1f"  # ASCII characters str.isspace() accepts but re's ASCII \s does not
 _TOTAL_LINE = re.compile(r"the total is\s+(-?[0-9]+)\s*\+\s*(-?[0-9]+)\s*=\s*(-?[0-9]+)", re.ASCII | re.IGNORECASE)
 _COT_LINE = re.compile(r"\s*([0-9]{1,2})\)", re.ASCII)
 _BOX_TOKENS = ("<|begin_of_box|>", "<|end_of_box|>")
@@ -45,13 +46,40 @@ def strip_think(text: str) -> str:
 
 def _to_int(digits: str) -> int | None:
     # Guard int() against multi-megabyte digit runs (Python refuses > 4300 digits anyway).
-    if len(digits.lstrip("-")) > 18:
+    if len(digits.lstrip("-")) > _MAX_DIGITS:
         return None
     return int(digits)
 
 
+def _whole_int_text(text: str) -> str | None:
+    r"""``text`` without surrounding whitespace if that is ``-?[0-9]{1,18}``, else None.
+
+    Callers get what the regex ``\s*(-?[0-9]+)\s*`` (ASCII, fullmatch) followed by
+    :func:`_to_int` gave them, without its costs: that regex backtracks through a megabyte of
+    spaces (about 0.1 s) and ``str.isdigit`` on a megabyte of digits takes about 10 ms, so runs
+    over 18 digits are refused by length first (they were refused by ``_to_int`` anyway, and the
+    last-integer fallback refuses them too). ``str.strip()`` also removes non-ASCII whitespace and
+    ``\x1c``-``\x1f``, so the removed padding is checked to hold ASCII ``\s`` only.
+    """
+    stripped = text.strip()
+    digits = stripped[1:] if stripped.startswith("-") else stripped
+    if not (0 < len(digits) <= _MAX_DIGITS and digits.isascii() and digits.isdigit()):
+        return None
+    if len(stripped) != len(text):
+        lead = len(text) - len(text.lstrip())
+        pad = text[:lead] + text[lead + len(stripped) :]
+        if not pad.isascii() or any(c in pad for c in _NON_RE_SPACE):
+            return None
+    return stripped
+
+
 def last_integer(text: str) -> int | None:
     """The last ASCII integer in ``text``, or None."""
+    if len(text) > 256:  # long text: find the last digit with C-speed rfind, then parse a short window
+        end = max(map(text.rfind, "0123456789"))
+        if end < 0:
+            return None
+        text = text[max(0, end - _MAX_DIGITS - 2) : end + 1]  # longer runs are refused by _to_int either way
     m = _INT_REVERSED.search(text[::-1])  # the first match in the reversed text is the last integer
     return None if m is None else _to_int(m.group(0)[::-1])
 
@@ -61,9 +89,9 @@ def parse_integer_answer(text: str) -> int | None:
     if not isinstance(text, str):
         return None
     body = strip_think(text)
-    whole = _WHOLE_INT.fullmatch(body)
-    if whole:
-        return _to_int(whole.group(1))
+    whole = _whole_int_text(body)
+    if whole is not None:
+        return _to_int(whole)
     return last_integer(body)
 
 
@@ -88,8 +116,8 @@ def answer_tag_contents(text: str) -> list[str]:
 
 def tag_integer(content: str) -> int | None:
     """The integer held by an answer tag's content (surrounding whitespace allowed), else None."""
-    m = _WHOLE_INT.fullmatch(content)
-    return _to_int(m.group(1)) if m else None
+    whole = _whole_int_text(content)
+    return None if whole is None else _to_int(whole)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,102 @@
+"""The completion parser: hand-checked cases, and equivalence of the fast integer helpers with the
+regular-expression definitions they replace (metrics.md section 1, benchmark-spec 6.4)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spatialiq_train.parsing import (
+    last_integer,
+    parse_integer_answer,
+    parse_trace,
+    strip_think,
+    tag_integer,
+)
+from spatialiq_train.tasks import fill_cot_template
+
+# The definitions as first written: a whole-text integer by regex, the last integer by a regex over the
+# reversed text, and a refusal of runs over 18 digits.
+_REF_WHOLE = re.compile(r"\s*(-?[0-9]+)\s*", re.ASCII)
+_REF_REVERSED = re.compile(r"[0-9]+-?", re.ASCII)
+
+
+def _ref_to_int(digits: str) -> int | None:
+    return None if len(digits.lstrip("-")) > 18 else int(digits)
+
+
+def ref_last_integer(text: str) -> int | None:
+    m = _REF_REVERSED.search(text[::-1])
+    return None if m is None else _ref_to_int(m.group(0)[::-1])
+
+
+def ref_tag_integer(content: str) -> int | None:
+    m = _REF_WHOLE.fullmatch(content)
+    return _ref_to_int(m.group(1)) if m else None
+
+
+def ref_parse_integer_answer(text: str) -> int | None:
+    body = strip_think(text)
+    m = _REF_WHOLE.fullmatch(body)
+    return _ref_to_int(m.group(1)) if m else ref_last_integer(body)
+
+
+_ALPHABET = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\xa0", "\u3000", "\u0663", "\uff15", "-", "x",
+             "0", "1", "7", "9", "<think>", "</think>"]
+_PIECES = st.lists(st.sampled_from(_ALPHABET), max_size=30).map("".join)
+_LONG = st.builds(lambda a, n, b: a + "9" * n + b, _PIECES, st.integers(0, 40), _PIECES)
+_ANY = st.one_of(_PIECES, _LONG, st.text(max_size=80), st.builds(lambda p, n: p * n, _PIECES, st.integers(0, 40)))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=_ANY)
+def test_fast_integer_helpers_equal_the_regex_definitions(text: str) -> None:
+    assert tag_integer(text) == ref_tag_integer(text)
+    assert last_integer(text) == ref_last_integer(text)
+    assert parse_integer_answer(text) == ref_parse_integer_answer(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (" 12 ", 12),
+        ("\n-3\t", -3),
+        ("12 blocks", None),
+        ("\xa012", None),  # non-ASCII whitespace is not \s under re.ASCII
+        ("\x1c12", None),
+        ("\u0661\u0662", None),
+        ("9" * 18, int("9" * 18)),
+        ("9" * 19, None),
+        (" " * 1_000_000 + "x", None),  # the case the regex needed ~0.1 s for
+        ("1" * 1_000_000, None),
+    ],
+)
+def test_tag_integer_cases(text: str, expected: int | None) -> None:
+    assert tag_integer(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("x" * 300 + "a 12 b -7 c", -7),
+        ("x" * 300 + "12-3", -3),
+        ("x" * 300 + "9" * 25, None),
+        ("x" * 300 + "-" + "9" * 18, -int("9" * 18)),
+        ("y" * 300 + "1" + "x" * 300, 1),
+        ("\u0663" * 400, None),
+    ],
+)
+def test_last_integer_long_text_window(text: str, expected: int | None) -> None:
+    assert last_integer(text) == expected == ref_last_integer(text)
+
+
+def test_parse_trace_reads_every_line() -> None:
+    gt = dict(task1="blocks", task2=4, task3=8, task4=2, task5=11, task6=3, task7=3, task8=1, task9=3,
+              num_hidden_blocks=1, task_main=12)
+    parsed = parse_trace(fill_cot_template(gt))
+    assert parsed.answer == 12 and parsed.answer_source == "tag"
+    assert parsed.tasks == {k: gt[k] for k in ("task3", "task4", "task2", "task9", "task5", "task7", "task6", "task8")}
+    assert parsed.hidden == 1 and parsed.total_line == (11, 1, 12) and parsed.self_consistent is True
