@@ -264,6 +264,8 @@ def generate_shards(cfg: GenConfig, todo: list[int], renderer: Any = None, progr
     shard_of = {i: s for s, (a, b) in ranges.items() for i in range(a, b + 1)}
     if renderer is None:
         renderer = make_renderer(cfg)
+    for s, (a, b) in ranges.items():
+        _remove_stale_temp_files(cfg, s, a, b)
     with _Executor(cfg, renderer) as ex:
         entries = [e for e in make_plan(cfg, ex, progress) if e.sample_idx in shard_of]
         pending: dict[int, list[dict[str, Any]]] = {s: [] for s in todo}
@@ -322,6 +324,21 @@ class _Executor:
         if self.pool is not None:
             self.pool.terminate()
             self.pool.join()
+
+
+def _remove_stale_temp_files(cfg: GenConfig, shard: int, first: int, last: int) -> None:
+    """Delete temp files a killed writer left in this shard's own folders (never another shard's)."""
+    out, k = Path(cfg.out), cfg.shard_count
+    stale = [p for rel in (layout.shard_parquet_relpath(cfg.split, shard, k),
+                           layout.shard_done_relpath(cfg.split, shard, k))
+             for p in (out / rel).parent.glob(f".{Path(rel).name}.*.tmp")]
+    for idx in range(first, last + 1):
+        sample = out / layout.sample_relpath(cfg.split, idx)
+        if sample.is_dir():
+            stale.extend(sample.rglob(".*.tmp"))
+    for path in stale:
+        log.info("removing %s, left by an interrupted write", path)
+        path.unlink(missing_ok=True)
 
 
 def _finish_shard(cfg: GenConfig, shard: int, rows: list[dict[str, Any]]) -> None:

@@ -141,7 +141,10 @@ def test_resume_after_interruption_is_byte_identical(
     assert not (broken / "manifest.json").exists()
     assert not [p for p in broken.rglob("*") if p.name.endswith(".tmp")]
     monkeypatch.setattr(truth, "structure_truth", original)
-    calls["n"] = 0
+    # a writer killed mid-file leaves its temp file behind; the rerun of that shard removes it
+    leftover = broken / layout.view_relpath("train", 3, LEAF_VIEWS[0]) / ".gt.json.abc123.tmp"
+    leftover.write_text("{half")
+    (broken / "data" / ".train-00001-of-00003.parquet.x.tmp").write_bytes(b"PAR1")
     run(cfg(broken, structures=6, num_shards=3), progress=False)
     assert tree(broken) == tree(clean)
 
