@@ -287,13 +287,12 @@ def make_plan(cfg: GenConfig, ex: _Executor | None = None, progress: bool = Fals
     from tqdm import tqdm
 
     out = Path(cfg.out)
-    if (out / plan.PLAN_FILE).exists():
-        return plan.load_or_make(out, cfg.seed, cfg.split, cfg.structures)
     map_fn = ex.map if ex is not None else map
-    with tqdm(total=cfg.structures, unit="structure", desc="plan", disable=not progress) as bar:
+    fresh = not (out / plan.PLAN_FILE).exists()
+    with tqdm(total=cfg.structures, unit="structure", desc="plan", disable=not (progress and fresh)) as bar:
         try:
             return plan.load_or_make(out, cfg.seed, cfg.split, cfg.structures, map_fn, bar.update,
-                                     width=max(1, 2 * cfg.workers) if cfg.workers > 1 else 1)
+                                     width=2 * cfg.workers if cfg.workers > 1 else 1)
         except ValueError as exc:
             raise GenerationError(str(exc)) from exc
 
