@@ -73,7 +73,8 @@ def plot_summation(metrics: list[dict[str, Any]]) -> bytes:
         ax.imshow(grid, vmin=0, vmax=1, cmap="viridis")
         for r in range(2):
             for c in range(2):
-                ax.text(c, r, labels[r][c], ha="center", va="center", color="white", fontsize=8)
+                color = "black" if np.isnan(grid[r, c]) else "white"  # empty cells are drawn blank
+                ax.text(c, r, labels[r][c], ha="center", va="center", color=color, fontsize=8)
         ax.set_xticks([0, 1], ["H correct", "H wrong"])
         ax.set_yticks([0, 1], ["V correct", "V wrong"])
         ax.set_title(m["name"], fontsize=9)
@@ -112,6 +113,30 @@ def plot_breakdowns(metrics: list[dict[str, Any]], panels: Sequence[tuple[str, s
     return _figure_png(fig)
 
 
+def plot_pass_curve(metrics: list[dict[str, Any]]) -> bytes:
+    """Unbiased pass@j (j = 1..k) for Object Counting, with maj@k and selected@k marked at j = k."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.8, 3.2))
+    for m in metrics:
+        oc, k = m["object_counting"], m["k"]
+        curve = oc.get("pass@k_unbiased") or {}
+        js = sorted(int(j) for j in curve)
+        line = ax.plot(js, [curve[str(j)] for j in js], marker=".", label=f"{m['name']} pass@j")[0]
+        for key, marker in ((f"maj@{k}", "s"), (f"selected@{k}[self_consistent]", "^")):
+            if oc.get(key) is not None:
+                ax.plot([k], [oc[key]], marker=marker, linestyle="", color=line.get_color(),
+                        label=f"{m['name']} {key.split('[')[0]}")
+    ax.set_xlabel("j (samples)")
+    ax.set_ylabel("Object Counting accuracy")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=6)
+    return _figure_png(fig)
+
+
 def markdown(metrics: list[dict[str, Any]]) -> str:
     parts = ["# Spatial-IQ evaluation report", ""]
     parts += ["## Summary columns (first sample)", ""]
@@ -146,7 +171,7 @@ def markdown(metrics: list[dict[str, Any]]) -> str:
         [m["name"]] + [f"{_num(m['per_task'][t]['accuracy'])} [{_num(m['per_task'][t]['ci_low_wilson'])}, "
                        f"{_num(m['per_task'][t]['ci_high_wilson'])}]" if t in m["per_task"] else "n/a"
                        for t in tasks] for m in metrics]))
-    parts += ["", "## Plots", "", "![summation 2x2](summation_2x2.png)", "",
+    parts += ["", "## Plots", "", "![pass@j](pass_at_k.png)", "", "![summation 2x2](summation_2x2.png)", "",
               "![difficulty](difficulty_bins.png)", "", "![object type](object_type.png)", ""]
     return "\n".join(parts)
 
@@ -155,6 +180,7 @@ def write_report(metric_files: Sequence[str | Path], out_dir: str | Path) -> Pat
     """Write report.md, report.json and the PNG plots to ``out_dir``; returns the markdown path."""
     metrics = load_metrics(metric_files)
     out = Path(out_dir)
+    atomic_write_bytes(out / "pass_at_k.png", plot_pass_curve(metrics))
     atomic_write_bytes(out / "summation_2x2.png", plot_summation(metrics))
     atomic_write_bytes(out / "difficulty_bins.png", plot_breakdowns(metrics, DIFFICULTY_PANELS))
     atomic_write_bytes(out / "object_type.png", plot_breakdowns(metrics, (("object_type", "object type"),)))

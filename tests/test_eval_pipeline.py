@@ -252,7 +252,7 @@ def test_cli_score_report_compare(dataset: Path, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     md = (tmp_path / "r" / "report.md").read_text()
     assert "| dapo-toy | 2 | 1.000 | 1.000 |" in md
-    for png in ("summation_2x2.png", "difficulty_bins.png", "object_type.png"):
+    for png in ("pass_at_k.png", "summation_2x2.png", "difficulty_bins.png", "object_type.png"):
         assert (tmp_path / "r" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "r" / "report.json").read_text())["responders"][0]["name"] == "dapo-toy"
     other = tmp_path / "s" / "eval_raw_base_text.csv"
