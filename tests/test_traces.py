@@ -246,3 +246,16 @@ def test_write_traces_is_complete_and_atomic(tmp_path: Path) -> None:
                                                                       "warmup.jsonl"]
     for name, n in counts.items():
         assert len(_read(tmp_path / "out" / f"{name}.jsonl")) == n == len(files.get(name, []))
+
+
+def test_cli_errors_name_the_problem(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "d", n_train=1, n_bench=0)
+    bad = next(data.rglob("gt.json"))
+    bad.write_text("{")
+    runner = CliRunner()
+    args = ["traces", "--data", str(data), "--out", str(tmp_path / "out")]
+    result = runner.invoke(app, [*args, "--kind", "plain"], env={"COLUMNS": "1000"})
+    assert result.exit_code != 0 and "invalid JSON" in result.output and bad.name in result.output
+    result = runner.invoke(app, [*args, "--kind", "sft"], env={"COLUMNS": "1000"})
+    assert result.exit_code != 0 and "unknown trace kind 'sft'" in result.output
+    assert not (tmp_path / "out").exists()  # nothing half-written

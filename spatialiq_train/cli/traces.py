@@ -27,13 +27,14 @@ def traces(
     ),
 ) -> None:
     """Write chat-format trace JSONL files, partitioned by structure."""
-    from data_gen.traces import build_traces, load_views, write_traces
+    from data_gen.traces import build_traces, check_options, load_views, write_traces
     from spatialiq_train.tasks import DIALECTS
 
     if dialect not in DIALECTS:
         raise typer.BadParameter(f"unknown dialect {dialect!r}; valid: {', '.join(DIALECTS)}", param_hint="--dialect")
     task_ids = [t.strip() for t in tasks.split(",") if t.strip()]
     try:
+        check_options(kind, task_ids, mask_final_answer)  # option mistakes first, before reading the dataset
         views = load_views(data, split)
         files = build_traces(views, kind, task_ids, mask_final_answer, dialect, require_images)  # type: ignore[arg-type]
     except (ValueError, KeyError) as exc:
