@@ -1,1 +1,1 @@
-"""eval package."""
+"""Evaluation: k-sample generation, scoring, hierarchy metrics, statistics, reports (docs/eval.md)."""

@@ -87,9 +87,12 @@ class TransformersEngine:
             inputs = self.processor(text=[text], images=images or None, return_tensors="pt").to(self.device)
             torch.manual_seed(req.seed)
             with torch.no_grad():
+                # top_k=0 and repetition_penalty=1.0 override a checkpoint's generation_config (Qwen2.5-VL
+                # ships top_k=1, repetition_penalty=1.05), so the recipe is plain temperature/top-p sampling.
                 out = self.model.generate(
                     **inputs, do_sample=True, temperature=config.temperature, top_p=config.top_p, top_k=0,
-                    max_new_tokens=config.max_new_tokens, num_return_sequences=len(req.samples),
+                    repetition_penalty=1.0, max_new_tokens=config.max_new_tokens,
+                    num_return_sequences=len(req.samples),
                 )
             new_tokens = out[:, inputs["input_ids"].shape[1]:]
             outputs.append(self.processor.batch_decode(new_tokens, skip_special_tokens=True))
