@@ -76,29 +76,48 @@ def _box_clip(origin: np.ndarray, dirs: np.ndarray, lo: np.ndarray, hi: np.ndarr
 def cast_rays(
     height_map: np.ndarray, origin: np.ndarray, dirs: np.ndarray, max_height: int = 4
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(block id int32, hit distance float64) for rays from one origin; -1 / inf where no block is hit.
+    """(block id int32, ray parameter float64 at the hit) for rays from one origin; -1 / inf where no block.
 
-    ``dirs`` are unit vectors (N, 3), so the distance is the ray parameter at the hit.
+    With unit ``dirs`` (N, 3) the parameter is the hit distance; any non-zero directions work, since
+    every test along the ray is invariant to their length.
     """
-    h = np.asarray(height_map, dtype=np.int64)
-    if h.ndim != 2 or (h < 0).any() or (h > max_height).any():
-        raise ValueError(f"cast: height_map must be 2-D with heights in [0, {max_height}], got {h.tolist()}")
-    rows, cols = h.shape
+    h = np.asarray(height_map)
+    if h.ndim != 2 or not np.issubdtype(h.dtype, np.integer) or (h < 0).any() or (h > max_height).any():
+        raise ValueError(f"cast: height_map must be a 2-D integer array with heights in [0, {max_height}], "
+                         f"got {np.asarray(height_map).tolist()}")
     n = dirs.shape[0]
     ids = np.full(n, NO_BLOCK, dtype=np.int32)
     dist = np.full(n, np.inf)
-    top = int(h.max())
-    if top == 0:
+    if n == 0 or int(h.max()) == 0:
         return ids, dist
-    x0, y0 = -rows * BLOCK_SIZE / 2, -cols * BLOCK_SIZE / 2
-    lo = np.array([x0, y0, 0.0])
-    hi = np.array([-x0, -y0, top * BLOCK_SIZE])
+    lo, hi = grid_box(h)
     t_in, t_out = _box_clip(origin, dirs, lo, hi)
     idx = np.nonzero(t_in < t_out)[0]
-    d = dirs[idx]
-    t_a, t_out = t_in[idx], t_out[idx]
+    if idx.size:
+        hit_idx, block, t_hit = _walk(h.astype(np.int64), np.asarray(origin, dtype=np.float64), dirs[idx],
+                                      t_in[idx], t_out[idx], max_height)
+        ids[idx[hit_idx]] = block
+        dist[idx[hit_idx]] = t_hit
+    return ids, dist
+
+
+def _walk(
+    h: np.ndarray, origin: np.ndarray, d: np.ndarray, t_a: np.ndarray, t_out: np.ndarray, max_height: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """2-D DDA through the columns for rays inside the grid box over [t_a, t_out].
+
+    Returns (ray indices that hit, their block ids, their hit parameters).
+    """
+    rows, cols = h.shape
+    x0, y0 = -rows * BLOCK_SIZE / 2, -cols * BLOCK_SIZE / 2
     ox, oy, oz = (float(v) for v in origin)
-    dx, dy, dz = d[:, 0], d[:, 1], d[:, 2]
+    dx, dy, dz = d[:, 0].copy(), d[:, 1].copy(), d[:, 2].copy()
+    # Column tops, padded by one empty cell on every side (-inf: never hit) so a ray that steps
+    # out of the grid by rounding reads nothing before its t_out ends it.
+    tops = np.full((rows + 2, cols + 2), -np.inf)
+    tops[1:-1, 1:-1] = np.where(h > 0, h * BLOCK_SIZE, -np.inf)
+    tops = tops.ravel()
+    stride = cols + 2
     ci = np.clip(np.floor((ox + dx * t_a - x0) / BLOCK_SIZE), 0, rows - 1).astype(np.int64)
     cj = np.clip(np.floor((oy + dy * t_a - y0) / BLOCK_SIZE), 0, cols - 1).astype(np.int64)
     sx = np.sign(dx).astype(np.int64)
@@ -108,45 +127,61 @@ def cast_rays(
         t_max_y = np.where(sy != 0, (y0 + (cj + (sy > 0)) * BLOCK_SIZE - oy) / dy, np.inf)
         t_dx = np.where(sx != 0, BLOCK_SIZE / np.abs(dx), np.inf)
         t_dy = np.where(sy != 0, BLOCK_SIZE / np.abs(dy), np.inf)
-    hz = h.astype(np.float64) * BLOCK_SIZE
-    flat_h = h.ravel()
-    for _ in range(rows + cols):
-        if idx.size == 0:
+    cell = (ci + 1) * stride + (cj + 1)
+    step_x_cell, step_y_cell = sx * stride, sy
+    descending = bool((dz < 0).all())  # camera above the box: z only falls, so its minimum is at t_b
+    ray = np.arange(d.shape[0])
+    out_idx, out_cell, out_t, out_side_z = [], [], [], []
+    for _ in range(rows + cols + 1):
+        if ray.size == 0:
             break
-        cell = ci * cols + cj
-        col_top = hz.ravel()[cell]
-        t_b = np.minimum(np.minimum(t_max_x, t_max_y), t_out)
-        z_a = oz + dz * t_a
-        z_b = oz + dz * t_b
-        hit = (col_top > 0) & (np.minimum(z_a, z_b) <= col_top)
+        top = tops.take(cell, mode="clip")
+        t_next = np.minimum(t_max_x, t_max_y)
+        z_b = oz + dz * np.minimum(t_next, t_out)
+        hit = z_b <= top if descending else np.minimum(oz + dz * t_a, z_b) <= top
         if hit.any():
-            side = z_a[hit] <= col_top[hit]
-            hc = cell[hit]
-            hh = flat_h[hc]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t_top = (col_top[hit] - oz) / dz[hit]
-            t_hit = np.where(side, t_a[hit], t_top)
-            layer = np.where(side, np.clip(np.floor(z_a[hit] / BLOCK_SIZE), 0, hh - 1).astype(np.int64), hh - 1)
-            ids[idx[hit]] = (hc * max_height + layer).astype(np.int32)
-            dist[idx[hit]] = t_hit
+            out_idx.append(ray[hit])
+            out_cell.append(cell[hit])
+            out_t.append(t_a[hit])
+            out_side_z.append(oz + dz[hit] * t_a[hit])
         step_x = t_max_x < t_max_y
-        ci = ci + np.where(step_x, sx, 0)
-        cj = cj + np.where(step_x, 0, sy)
-        go = ~hit & (t_b < t_out) & (ci >= 0) & (ci < rows) & (cj >= 0) & (cj < cols)
-        t_a = np.where(step_x, t_max_x, t_max_y)
-        t_max_x = np.where(step_x, t_max_x + t_dx, t_max_x)
-        t_max_y = np.where(step_x, t_max_y, t_max_y + t_dy)
-        idx, ci, cj, t_a, t_out = idx[go], ci[go], cj[go], t_a[go], t_out[go]
+        go = ~hit & (t_next < t_out)
+        cell = cell + np.where(step_x, step_x_cell, step_y_cell)
+        np.add(t_max_x, t_dx, out=t_max_x, where=step_x)
+        np.add(t_max_y, t_dy, out=t_max_y, where=~step_x)
+        ray, cell, t_a, t_out, dz = ray[go], cell[go], t_next[go], t_out[go], dz[go]
         t_max_x, t_max_y, t_dx, t_dy = t_max_x[go], t_max_y[go], t_dx[go], t_dy[go]
-        sx, sy, dz = sx[go], sy[go], dz[go]
-    return ids, dist
+        step_x_cell, step_y_cell = step_x_cell[go], step_y_cell[go]
+    if not out_idx:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.astype(np.int32), np.zeros(0)
+    hit_ray, hit_cell = np.concatenate(out_idx), np.concatenate(out_cell)
+    t_enter, z_enter = np.concatenate(out_t), np.concatenate(out_side_z)
+    i, j = hit_cell // stride - 1, hit_cell % stride - 1
+    height = h[i, j]
+    col_top = height * BLOCK_SIZE
+    side = z_enter <= col_top  # entered the column through a side face (or the box's top face at its top)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_top = (col_top - oz) / d[hit_ray, 2]
+    t_hit = np.where(side, t_enter, t_top)
+    layer = np.where(side, np.clip(np.floor(z_enter / BLOCK_SIZE), 0, height - 1).astype(np.int64), height - 1)
+    block = ((i * cols + j) * max_height + layer).astype(np.int32)
+    return hit_ray, block, t_hit
 
 
 def grid_box(height_map: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, hi) corners of the axis-aligned box holding every block of a height map."""
-    rows, cols = np.shape(height_map)
-    x0, y0 = rows * BLOCK_SIZE / 2, cols * BLOCK_SIZE / 2
-    return np.array([-x0, -y0, 0.0]), np.array([x0, y0, float(np.max(height_map)) * BLOCK_SIZE])
+    """(lo, hi) corners of the tightest axis-aligned box of whole cells holding every block of a height map."""
+    h = np.asarray(height_map)
+    rows, cols = h.shape
+    occupied_rows = np.nonzero(h.max(axis=1) > 0)[0]
+    occupied_cols = np.nonzero(h.max(axis=0) > 0)[0]
+    if occupied_rows.size == 0:
+        return np.zeros(3), np.zeros(3)
+    x0, y0 = -rows * BLOCK_SIZE / 2, -cols * BLOCK_SIZE / 2
+    lo = np.array([x0 + occupied_rows[0] * BLOCK_SIZE, y0 + occupied_cols[0] * BLOCK_SIZE, 0.0])
+    hi = np.array([x0 + (occupied_rows[-1] + 1) * BLOCK_SIZE, y0 + (occupied_cols[-1] + 1) * BLOCK_SIZE,
+                   float(h.max()) * BLOCK_SIZE])
+    return lo, hi
 
 
 def pixel_window(camera: Camera, lo: np.ndarray, hi: np.ndarray) -> tuple[int, int, int, int]:
@@ -171,8 +206,11 @@ def pixel_window(camera: Camera, lo: np.ndarray, hi: np.ndarray) -> tuple[int, i
     return r0, max(r1, r0), c0, max(c1, c0)
 
 
-def window_rays(camera: Camera, window: tuple[int, int, int, int]) -> np.ndarray:
-    """Unit ray directions (m, 3) of the pixels in a window, row-major; the same rays as ``pixel_rays``."""
+def window_rays(camera: Camera, window: tuple[int, int, int, int], normalise: bool = True) -> np.ndarray:
+    """Ray directions (m, 3) of the pixels in a window, row-major: the rays of ``pixel_rays``.
+
+    With ``normalise=False`` the directions are left unnormalised (the same vectors before scaling).
+    """
     r0, r1, c0, c1 = window
     n = camera.resolution
     f, r, u = camera.basis()
@@ -182,7 +220,8 @@ def window_rays(camera: Camera, window: tuple[int, int, int, int]) -> np.ndarray
     ys = -coords[r0:r1, None]
     d = f[None, None, :] + xs[..., None] * r[None, None, :] + ys[..., None] * u[None, None, :]
     d = d.reshape(-1, 3)
-    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    if normalise:
+        d /= np.linalg.norm(d, axis=1, keepdims=True)
     return d
 
 
@@ -201,8 +240,11 @@ def cast(height_map: np.ndarray, camera: Camera, max_height: int = 4) -> tuple[n
     r0, r1, c0, c1 = window
     if r1 <= r0 or c1 <= c0:
         return ids, dist
-    w_ids, w_dist = cast_rays(height_map, np.asarray(camera.position, dtype=np.float64), window_rays(camera, window),
-                              max_height)
+    raw = window_rays(camera, window, normalise=False)
+    w_ids, w_t = cast_rays(height_map, np.asarray(camera.position, dtype=np.float64), raw, max_height)
+    hit = w_ids >= 0
+    w_dist = np.full(w_t.shape, np.inf)
+    w_dist[hit] = w_t[hit] * np.linalg.norm(raw[hit], axis=1)  # parameter along the raw ray -> distance
     ids[r0:r1, c0:c1] = w_ids.reshape(r1 - r0, c1 - c0)
     dist[r0:r1, c0:c1] = w_dist.reshape(r1 - r0, c1 - c0)
     return ids, dist
