@@ -3,7 +3,8 @@
 Run by hand: ``python bench/bench_eval.py [--scenes 3000] [--k 10]``. Synthetic completions: the
 ground-truth CoT trace with random perturbations of sub-task lines and the final answer, some
 unparseable. Reports the time to parse, to compute the metrics, and for a paired McNemar + BH
-comparison against a second responder. The goal is at most 2 s in total.
+comparison against a second responder, in CPU seconds of this process (wall time beside it; on a shared
+machine the wall time also counts other processes). The goal is at most 2 s in total.
 """
 
 from __future__ import annotations
@@ -65,24 +66,27 @@ def main() -> None:
     args = parser.parse_args()
     scenes, completions = synthetic(args.scenes, args.k, np.random.default_rng(0), args.unique)
     best = {"parse": np.inf, "metrics": np.inf, "compare": np.inf}
+    best_wall = np.inf
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
+        w0, t0 = time.perf_counter(), time.process_time()
         preds = collect_predictions(scenes, completions, "from-trace", args.k)
-        t1 = time.perf_counter()
+        t1 = time.process_time()
         metrics = score_predictions(preds, "dapo-bench", "dependent_given_prerequisite")
-        t2 = time.perf_counter()
+        t2 = time.process_time()
         a = first_sample_table(preds, "a")
         b = first_sample_table(preds, "b")
         b.correct["main"] = np.roll(b.correct["main"], 7)
         pairwise_mcnemar({"a": a, "b": b, "c": a}, "main")
-        t3 = time.perf_counter()
+        t3 = time.process_time()
+        best_wall = min(best_wall, time.perf_counter() - w0)
         best = {"parse": min(best["parse"], t1 - t0), "metrics": min(best["metrics"], t2 - t1),
                 "compare": min(best["compare"], t3 - t2)}
     total = sum(best.values())
     oc = metrics["object_counting"]
-    print(f"{args.scenes} scenes x {args.k} samples ({len(completions)} completions), best of {args.repeats}:")
-    print(f"  parse {best['parse']:.3f} s  metrics {best['metrics']:.3f} s  McNemar+BH {best['compare']:.3f} s  "
-          f"total {total:.3f} s")
+    print(f"{args.scenes} scenes x {args.k} samples ({len(completions)} completions), best of {args.repeats}, "
+          "CPU seconds:")
+    print(f"  parse {best['parse']:.3f}  metrics {best['metrics']:.3f}  McNemar+BH {best['compare']:.3f}  "
+          f"total {total:.3f}  (wall {best_wall:.3f})")
     unique = len({c.text for c in completions.values()})
     print(f"  {unique} distinct completion texts (identical texts are parsed once)")
     k = args.k
