@@ -177,3 +177,40 @@ def test_trace_audit_shortcut_and_self_consistency() -> None:
     assert allr["self_consistency_rate"] == pytest.approx(2 / 4)
     assert allr["traces_without_total_or_answer"] == 1
     assert out["first_sample"]["shortcut_rate"] == pytest.approx(1 / 2)
+
+
+def _reference_majority(row: list[float]) -> float:
+    counts: dict[float, int] = {}
+    first: dict[float, int] = {}
+    for i, v in enumerate(row):
+        if not math.isnan(v):
+            counts[v] = counts.get(v, 0) + 1
+            first.setdefault(v, i)
+    if not counts:
+        return nan
+    return min(counts, key=lambda v: (-counts[v], first[v]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.integers(0, 4).map(float), st.just(nan)), min_size=6, max_size=6),
+                min_size=1, max_size=12))
+def test_majority_vote_matches_reference(rows: list[list[float]]) -> None:
+    got = majority_vote(np.array(rows))
+    expected = [_reference_majority(r) for r in rows]
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_pairwise_mcnemar_aligns_views_by_name() -> None:
+    from eval.compare import pairwise_mcnemar
+
+    rng = np.random.default_rng(5)
+    a = _table({"main": rng.integers(0, 2, 40).astype(float).tolist()})
+    b = _table({"main": rng.integers(0, 2, 40).astype(float).tolist()})
+    order = rng.permutation(40)
+    shuffled = ResponderTable("b", [b.views[i] for i in order], ["cube"] * 40, b.meta,
+                              {"main": b.correct["main"][order]}, b.pred, b.gt)
+    direct = pairwise_mcnemar({"a": a, "b": b})[0]
+    aligned = pairwise_mcnemar({"a": a, "b": shuffled})[0]
+    assert direct["p_value"] == aligned["p_value"] and direct["a_only"] == aligned["a_only"]
+    expected = mcnemar_exact(a.correct["main"], b.correct["main"])
+    assert direct["a_only"] == expected.a_only and direct["p_bh"] == pytest.approx(expected.p_value)
