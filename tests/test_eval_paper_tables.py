@@ -155,3 +155,20 @@ def test_malformed_csv_names_file_and_line(tmp_path: Path, text: str, message: s
     with pytest.raises(ValueError, match="eval_raw_bad_text.csv") as info:
         read_raw_csv(path)
     assert message in str(info.value)
+
+
+def test_released_files_survive_write_and_reread(shared_dir: Path, tmp_path: Path) -> None:
+    from eval.rawcsv import write_raw_csv
+
+    tables = read_raw_dir(shared_dir / "fixtures" / "paper_outputs" / "raw")
+    for name, table in tables.items():
+        write_raw_csv(tmp_path / f"eval_raw_{name}_text.csv", table)
+    back = read_raw_dir(tmp_path)
+    assert set(back) == set(tables)
+    for name, table in tables.items():
+        assert back[name].views == table.views and back[name].object_type == table.object_type
+        assert back[name].tasks == table.tasks
+        for t in table.tasks:
+            for got, exp in ((back[name].correct[t], table.correct[t]), (back[name].pred[t], table.pred[t]),
+                             (back[name].gt[t], table.gt[t])):
+                np.testing.assert_array_equal(got, exp)
