@@ -177,7 +177,15 @@ class Combination:
         return f"Combination({self.reward_name!r}: {terms})"
 
 
-def _weight_and_params(name: str, spec: WeightSpec) -> tuple[float, dict[str, Any]]:
+def combination_weights(name: str) -> dict[str, WeightSpec] | None:
+    """The weight mapping of the named combination ``name``, or None when ``name`` is not one."""
+    _ensure_builtins()
+    weights = _COMBINATIONS.get(name)
+    return None if weights is None else dict(weights)
+
+
+def weight_and_params(name: str, spec: WeightSpec) -> tuple[float, dict[str, Any]]:
+    """Split a combination entry into its weight and its factory parameters (checking the weight)."""
     if isinstance(spec, Mapping):
         params = dict(spec)
         if "weight" not in params:
@@ -201,7 +209,7 @@ def combine(weights: Mapping[str, WeightSpec], name: str | None = None) -> Combi
         raise ValueError(f"a reward combination needs a non-empty mapping of name -> weight, got {weights!r}")
     parts: dict[str, tuple[float, RewardFn]] = {}
     for term, spec in weights.items():
-        weight, params = _weight_and_params(term, spec)
+        weight, params = weight_and_params(term, spec)
         fn = get_reward(term, **params)
         sub = fn.parts if isinstance(fn, Combination) else ((reward_name(fn) if ":" not in term else term, 1.0, fn),)
         for sub_name, sub_weight, sub_fn in sub:
@@ -246,7 +254,7 @@ def list_rewards() -> list[RewardInfo]:
     infos = [RewardInfo(n, "reward", _summary(f)) for n, f in _REWARDS.items()]
     infos += [RewardInfo(n, "factory", _summary(f)) for n, f in _FACTORIES.items()]
     infos += [
-        RewardInfo(n, "combination", " + ".join(f"{_weight_and_params(k, v)[0]:g}*{k}" for k, v in w.items()))
+        RewardInfo(n, "combination", " + ".join(f"{weight_and_params(k, v)[0]:g}*{k}" for k, v in w.items()))
         for n, w in _COMBINATIONS.items()
     ]
     return sorted(infos, key=lambda i: i.name)

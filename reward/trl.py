@@ -16,15 +16,14 @@ from typing import Any
 
 from reward.errors import error_counts
 from reward.registry import (
-    _COMBINATIONS,
     Combination,
     RewardFn,
     RewardSpec,
     WeightSpec,
-    _weight_and_params,
+    combination_weights,
     components_of,
     resolve_reward,
-    valid_names,
+    weight_and_params,
 )
 
 _TRL_SIDE_CHANNELS = ("trainer_state", "log_extra", "log_metric", "environments", "prompts")
@@ -109,16 +108,18 @@ def make_trl_reward(spec: RewardSpec, name: str | None = None) -> TrlReward:
 
 def _expand(weights: RewardSpec, scale: float, out: dict[str, tuple[float, RewardSpec]]) -> None:
     if isinstance(weights, str):
-        if weights in _COMBINATIONS:
-            _expand(_COMBINATIONS[weights], scale, out)
+        named = combination_weights(weights)
+        if named is not None:
+            _expand(named, scale, out)
             return
         weights = {weights: 1.0}
     if not isinstance(weights, Mapping) or not weights:
         raise ValueError(f"reward weights must be a combination name or a mapping name -> weight, got {weights!r}")
     for term, entry in weights.items():
-        weight, params = _weight_and_params(term, entry)
-        if term in _COMBINATIONS and not params:
-            _expand(_COMBINATIONS[term], scale * weight, out)
+        weight, params = weight_and_params(term, entry)
+        named = combination_weights(term)
+        if named is not None and not params:
+            _expand(named, scale * weight, out)
             continue
         spec: RewardSpec = {term: {"weight": 1.0, **params}} if params else term
         if term in out and out[term][1] != spec:
@@ -132,7 +133,6 @@ def make_trl_reward_funcs(weights: Mapping[str, WeightSpec] | str) -> tuple[list
     ``make_trl_reward_funcs("default")`` gives ``[format, integer_distance]`` with ``[0.1, 0.9]``,
     so TRL logs ``rewards/format`` and ``rewards/integer_distance`` separately.
     """
-    valid_names()  # load the built-ins before reading the combination table
     terms: dict[str, tuple[float, RewardSpec]] = {}
     _expand(weights, 1.0, terms)
     funcs = [make_trl_reward(spec, name=term) for term, (_, spec) in terms.items()]
