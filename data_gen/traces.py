@@ -227,9 +227,6 @@ def check_options(kind: str, tasks: Sequence[str], mask_final_answer: str | None
         raise ValueError("--tasks applies to --kind plain only; a CoT record is always one task_main trace per view")
     if mask_final_answer is not None and kind != "cot":
         raise ValueError("--mask-final-answer applies to --kind cot only")
-    skipped = [t for t in task_ids if t in SKIPPED_PLAIN_TASKS]
-    if skipped:
-        logger.warning("skipping %s: two-image tasks are not part of single-image traces", ", ".join(skipped))
     return task_ids
 
 
@@ -243,6 +240,9 @@ def build_traces(
 ) -> dict[str, list[dict[str, Any]]]:
     """Records per output file (``train``, ``val``, ``warmup``, ``rl``, ``benchmark``), in view order."""
     task_ids = check_options(kind, tasks, mask_final_answer)
+    skipped = [t for t in task_ids if t in SKIPPED_PLAIN_TASKS]
+    if skipped:
+        logger.warning("skipping %s: two-image tasks are not part of single-image traces", ", ".join(skipped))
     views = list(views)
     check_disjoint(views)
     files: dict[str, list[dict[str, Any]]] = {}
