@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from data_gen.camera import BLOCK_SIZE, Camera
+from data_gen.structure import as_height_map
 
 Block = tuple[int, int, int]
 NO_BLOCK = -1
@@ -50,12 +51,15 @@ def visible_set(ids: np.ndarray, cols: int, max_height: int = 4) -> set[Block]:
     return {block_of(int(v), cols, max_height) for v in present}
 
 
-def _box_clip(origin: np.ndarray, dirs: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+Components = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _box_clip(origin: np.ndarray, comps: Components, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Slab test: (t_in, t_out) of every ray against the box [lo, hi]; t_in >= 0, a miss when t_in >= t_out."""
-    t_in = np.zeros(dirs.shape[0])
-    t_out = np.full(dirs.shape[0], np.inf)
-    for axis in range(3):
-        d = dirs[:, axis]
+    n = comps[0].shape[0]
+    t_in = np.zeros(n)
+    t_out = np.full(n, np.inf)
+    for axis, d in enumerate(comps):
         o = float(origin[axis])
         with np.errstate(divide="ignore", invalid="ignore"):
             inv = 1.0 / d
@@ -81,28 +85,33 @@ def cast_rays(
     With unit ``dirs`` (N, 3) the parameter is the hit distance; any non-zero directions work, since
     every test along the ray is invariant to their length.
     """
-    h = np.asarray(height_map)
-    if h.ndim != 2 or not np.issubdtype(h.dtype, np.integer) or (h < 0).any() or (h > max_height).any():
-        raise ValueError(f"cast: height_map must be a 2-D integer array with heights in [0, {max_height}], "
-                         f"got {np.asarray(height_map).tolist()}")
-    n = dirs.shape[0]
+    dirs = np.asarray(dirs, dtype=np.float64)
+    comps = (np.ascontiguousarray(dirs[:, 0]), np.ascontiguousarray(dirs[:, 1]), np.ascontiguousarray(dirs[:, 2]))
+    return _trace(height_map, np.asarray(origin, dtype=np.float64), comps, max_height)
+
+
+def _trace(height_map: np.ndarray, origin: np.ndarray, comps: Components, max_height: int
+           ) -> tuple[np.ndarray, np.ndarray]:
+    h = as_height_map(height_map, "cast")
+    if (h > max_height).any():
+        raise ValueError(f"cast: heights must be in [0, {max_height}], got {h.tolist()}")
+    n = comps[0].shape[0]
     ids = np.full(n, NO_BLOCK, dtype=np.int32)
     dist = np.full(n, np.inf)
     if n == 0 or int(h.max()) == 0:
         return ids, dist
     lo, hi = grid_box(h)
-    t_in, t_out = _box_clip(origin, dirs, lo, hi)
+    t_in, t_out = _box_clip(origin, comps, lo, hi)
     idx = np.nonzero(t_in < t_out)[0]
     if idx.size:
-        hit_idx, block, t_hit = _walk(h.astype(np.int64), np.asarray(origin, dtype=np.float64), dirs[idx],
-                                      t_in[idx], t_out[idx], max_height)
+        hit_idx, block, t_hit = _walk(h, origin, tuple(c[idx] for c in comps), t_in[idx], t_out[idx], max_height)
         ids[idx[hit_idx]] = block
         dist[idx[hit_idx]] = t_hit
     return ids, dist
 
 
 def _walk(
-    h: np.ndarray, origin: np.ndarray, d: np.ndarray, t_a: np.ndarray, t_out: np.ndarray, max_height: int
+    h: np.ndarray, origin: np.ndarray, comps: Components, t_a: np.ndarray, t_out: np.ndarray, max_height: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """2-D DDA through the columns for rays inside the grid box over [t_a, t_out].
 
@@ -111,7 +120,8 @@ def _walk(
     rows, cols = h.shape
     x0, y0 = -rows * BLOCK_SIZE / 2, -cols * BLOCK_SIZE / 2
     ox, oy, oz = (float(v) for v in origin)
-    dx, dy, dz = d[:, 0].copy(), d[:, 1].copy(), d[:, 2].copy()
+    dx, dy, dz = comps
+    dz_all = dz
     # Column tops, padded by one empty cell on every side (-inf: never hit) so a ray that steps
     # out of the grid by rounding reads nothing before its t_out ends it.
     tops = np.full((rows + 2, cols + 2), -np.inf)
@@ -128,30 +138,35 @@ def _walk(
         t_dx = np.where(sx != 0, BLOCK_SIZE / np.abs(dx), np.inf)
         t_dy = np.where(sy != 0, BLOCK_SIZE / np.abs(dy), np.inf)
     cell = (ci + 1) * stride + (cj + 1)
-    step_x_cell, step_y_cell = sx * stride, sy
     descending = bool((dz < 0).all())  # camera above the box: z only falls, so its minimum is at t_b
-    ray = np.arange(d.shape[0])
+    # Per-ray state as two stacked arrays, so that dropping finished rays is one gather each.
+    state_f = np.stack([t_max_x, t_max_y, t_dx, t_dy, t_a, t_out, dz])
+    state_i = np.stack([np.arange(dz.shape[0]), cell, sx * stride, sy])
     out_idx, out_cell, out_t, out_side_z = [], [], [], []
     for _ in range(rows + cols + 1):
-        if ray.size == 0:
+        if state_i.shape[1] == 0:
             break
+        tmx, tmy, tdx, tdy, ta, tout, dzr = state_f
+        ray, cell, step_x_cell, step_y_cell = state_i
         top = tops.take(cell, mode="clip")
-        t_next = np.minimum(t_max_x, t_max_y)
-        z_b = oz + dz * np.minimum(t_next, t_out)
-        hit = z_b <= top if descending else np.minimum(oz + dz * t_a, z_b) <= top
+        t_next = np.minimum(tmx, tmy)
+        z_b = oz + dzr * np.minimum(t_next, tout)
+        hit = z_b <= top if descending else np.minimum(oz + dzr * ta, z_b) <= top
         if hit.any():
-            out_idx.append(ray[hit])
-            out_cell.append(cell[hit])
-            out_t.append(t_a[hit])
-            out_side_z.append(oz + dz[hit] * t_a[hit])
-        step_x = t_max_x < t_max_y
-        go = ~hit & (t_next < t_out)
-        cell = cell + np.where(step_x, step_x_cell, step_y_cell)
-        np.add(t_max_x, t_dx, out=t_max_x, where=step_x)
-        np.add(t_max_y, t_dy, out=t_max_y, where=~step_x)
-        ray, cell, t_a, t_out, dz = ray[go], cell[go], t_next[go], t_out[go], dz[go]
-        t_max_x, t_max_y, t_dx, t_dy = t_max_x[go], t_max_y[go], t_dx[go], t_dy[go]
-        step_x_cell, step_y_cell = step_x_cell[go], step_y_cell[go]
+            sel = np.flatnonzero(hit)
+            t_hit_start = ta[sel]
+            out_idx.append(ray[sel])
+            out_cell.append(cell[sel])
+            out_t.append(t_hit_start)
+            out_side_z.append(oz + dzr[sel] * t_hit_start)
+        step_x = tmx < tmy
+        go = np.flatnonzero(~hit & (t_next < tout))
+        cell += np.where(step_x, step_x_cell, step_y_cell)
+        np.add(tmx, tdx, out=tmx, where=step_x)
+        np.add(tmy, tdy, out=tmy, where=~step_x)
+        ta[:] = t_next
+        state_f = state_f[:, go]
+        state_i = state_i[:, go]
     if not out_idx:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.astype(np.int32), np.zeros(0)
@@ -162,7 +177,7 @@ def _walk(
     col_top = height * BLOCK_SIZE
     side = z_enter <= col_top  # entered the column through a side face (or the box's top face at its top)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t_top = (col_top - oz) / d[hit_ray, 2]
+        t_top = (col_top - oz) / dz_all[hit_ray]
     t_hit = np.where(side, t_enter, t_top)
     layer = np.where(side, np.clip(np.floor(z_enter / BLOCK_SIZE), 0, height - 1).astype(np.int64), height - 1)
     block = ((i * cols + j) * max_height + layer).astype(np.int32)
@@ -206,11 +221,8 @@ def pixel_window(camera: Camera, lo: np.ndarray, hi: np.ndarray) -> tuple[int, i
     return r0, max(r1, r0), c0, max(c1, c0)
 
 
-def window_rays(camera: Camera, window: tuple[int, int, int, int], normalise: bool = True) -> np.ndarray:
-    """Ray directions (m, 3) of the pixels in a window, row-major: the rays of ``pixel_rays``.
-
-    With ``normalise=False`` the directions are left unnormalised (the same vectors before scaling).
-    """
+def _window_components(camera: Camera, window: tuple[int, int, int, int]) -> Components:
+    """Unnormalised ray direction components of the pixels in a window, each (m,), row-major."""
     r0, r1, c0, c1 = window
     n = camera.resolution
     f, r, u = camera.basis()
@@ -218,10 +230,14 @@ def window_rays(camera: Camera, window: tuple[int, int, int, int], normalise: bo
     coords = ((np.arange(n, dtype=np.float64) + 0.5) / n * 2.0 - 1.0) * s
     xs = coords[None, c0:c1]
     ys = -coords[r0:r1, None]
-    d = f[None, None, :] + xs[..., None] * r[None, None, :] + ys[..., None] * u[None, None, :]
-    d = d.reshape(-1, 3)
-    if normalise:
-        d /= np.linalg.norm(d, axis=1, keepdims=True)
+    # The same arithmetic, in the same order, as camera.pixel_rays before it normalises.
+    return tuple((f[a] + xs * r[a] + ys * u[a]).ravel() for a in range(3))  # type: ignore[return-value]
+
+
+def window_rays(camera: Camera, window: tuple[int, int, int, int]) -> np.ndarray:
+    """Unit ray directions (m, 3) of the pixels in a window, row-major: the rays of ``pixel_rays``."""
+    d = np.stack(_window_components(camera, window), axis=1)
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
     return d
 
 
@@ -234,17 +250,19 @@ def cast(height_map: np.ndarray, camera: Camera, max_height: int = 4) -> tuple[n
     n = camera.resolution
     ids = np.full((n, n), NO_BLOCK, dtype=np.int32)
     dist = np.full((n, n), np.inf, dtype=np.float32)
-    if np.max(height_map) <= 0:
+    h = as_height_map(height_map, "cast")
+    if h.max() <= 0:
         return ids, dist
-    window = pixel_window(camera, *grid_box(height_map))
+    window = pixel_window(camera, *grid_box(h))
     r0, r1, c0, c1 = window
     if r1 <= r0 or c1 <= c0:
         return ids, dist
-    raw = window_rays(camera, window, normalise=False)
-    w_ids, w_t = cast_rays(height_map, np.asarray(camera.position, dtype=np.float64), raw, max_height)
+    comps = _window_components(camera, window)
+    w_ids, w_t = _trace(h, np.asarray(camera.position, dtype=np.float64), comps, max_height)
     hit = w_ids >= 0
     w_dist = np.full(w_t.shape, np.inf)
-    w_dist[hit] = w_t[hit] * np.linalg.norm(raw[hit], axis=1)  # parameter along the raw ray -> distance
+    dx, dy, dz = (c[hit] for c in comps)
+    w_dist[hit] = w_t[hit] * np.sqrt(dx * dx + dy * dy + dz * dz)  # parameter along the raw ray -> distance
     ids[r0:r1, c0:c1] = w_ids.reshape(r1 - r0, c1 - c0)
     dist[r0:r1, c0:c1] = w_dist.reshape(r1 - r0, c1 - c0)
     return ids, dist

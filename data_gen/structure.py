@@ -75,12 +75,13 @@ def structure_id(height_map: np.ndarray) -> str:
     as decimal integers joined by commas, e.g. ``"2x2:1,0,3,2"``. It depends on nothing but the
     shape and the values (not on dtype or memory layout).
     """
-    h = _as_height_map(height_map, "structure_id")
+    h = as_height_map(height_map, "structure_id")
     text = f"{h.shape[0]}x{h.shape[1]}:" + ",".join(str(int(v)) for v in h.ravel())
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
 
 
-def _as_height_map(height_map: np.ndarray, where: str) -> np.ndarray:
+def as_height_map(height_map: np.ndarray, where: str) -> np.ndarray:
+    """A validated int64 height map (2-D, non-empty, non-negative integers); ``where`` names the caller in errors."""
     h = np.asarray(height_map)
     if h.ndim != 2 or h.size == 0:
         raise ValueError(f"{where}: height_map must be a non-empty 2-D array, got shape {h.shape}")
@@ -95,7 +96,7 @@ def _as_height_map(height_map: np.ndarray, where: str) -> np.ndarray:
 
 def blocks_of(height_map: np.ndarray) -> list[Block]:
     """All blocks of a height map in (i, j, k) loop order."""
-    h = _as_height_map(height_map, "blocks_of")
+    h = as_height_map(height_map, "blocks_of")
     return [(i, j, k) for i in range(h.shape[0]) for j in range(h.shape[1]) for k in range(int(h[i, j]))]
 
 
@@ -166,13 +167,13 @@ def _visible_in_order(h: np.ndarray, azimuth_deg: float) -> list[Block]:
 
 def analytic_visible(height_map: np.ndarray, azimuth_deg: float) -> set[Block]:
     """Blocks the analytic angular-bin test (section 2.1) finds visible from the nominal camera at an azimuth."""
-    h = _as_height_map(height_map, "analytic_visible")
+    h = as_height_map(height_map, "analytic_visible")
     return set(_visible_in_order(h, azimuth_deg))
 
 
 def retain(height_map: np.ndarray, azimuth_deg: float = RETENTION_AZIMUTH) -> np.ndarray:
     """The view-0 retention filter: keep ``support_closure(analytic_visible(H, 0))``, truncating columns."""
-    h = _as_height_map(height_map, "retain")
+    h = as_height_map(height_map, "retain")
     out = np.zeros_like(h)
     for i, j, k in _visible_in_order(h, azimuth_deg):
         if k + 1 > out[i, j]:

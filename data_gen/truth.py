@@ -17,7 +17,7 @@ import numpy as np
 
 from data_gen.camera import LEAF_VIEWS, RESOLUTION, LeafView, leaf_camera
 from data_gen.raycast import cast, visible_set
-from data_gen.structure import Block, _as_height_map, structure_id, support_closure
+from data_gen.structure import Block, as_height_map, structure_id, support_closure
 
 TASK1_ANSWER = "blocks"
 """task1 is always the literal ``"blocks"``, whatever the object type (spec 7.1 item 5)."""
@@ -31,7 +31,7 @@ def exact_visible_sets(
     height_map: np.ndarray, resolution: int = RESOLUTION, max_height: int = 4
 ) -> dict[LeafView, frozenset[Block]]:
     """Pixel-visible block sets of all 16 leaf views from the ray caster (at least one pixel each)."""
-    h = _as_height_map(height_map, "exact_visible_sets")
+    h = as_height_map(height_map, "exact_visible_sets")
     rows, cols = h.shape
     layers = int(h.max())
     out: dict[LeafView, frozenset[Block]] = {}
@@ -43,7 +43,7 @@ def exact_visible_sets(
 
 def top_columns(height_map: np.ndarray) -> list[tuple[int, int]]:
     """``Top``: the columns whose height equals the global maximum L (empty for an empty map)."""
-    h = _as_height_map(height_map, "top_columns")
+    h = as_height_map(height_map, "top_columns")
     top = int(h.max())
     if top == 0:
         return []
@@ -52,7 +52,7 @@ def top_columns(height_map: np.ndarray) -> list[tuple[int, int]]:
 
 def support_sets(height_map: np.ndarray) -> tuple[set[Block], set[Block]]:
     """(S6, S7): blocks directly under a global-top block, and every block under one, in Top columns."""
-    h = _as_height_map(height_map, "support_sets")
+    h = as_height_map(height_map, "support_sets")
     top = int(h.max())
     if top < 2:
         return set(), set()
@@ -62,7 +62,7 @@ def support_sets(height_map: np.ndarray) -> tuple[set[Block], set[Block]]:
 
 def cluster_count(height_map: np.ndarray) -> int:
     """task9: connected components of all blocks under 6-connectivity (face contact, vertical included)."""
-    h = _as_height_map(height_map, "cluster_count")
+    h = as_height_map(height_map, "cluster_count")
     rows, cols = h.shape
     blocks = {(i, j, k) for i in range(rows) for j in range(cols) for k in range(int(h[i, j]))}
     seen: set[Block] = set()
@@ -109,7 +109,7 @@ def view_truth(
     resolution: int = RESOLUTION,
 ) -> dict[str, Any]:
     """The gt.json dict of one leaf view, keys in the order of section 4.2 (plus ``camera``)."""
-    h = _as_height_map(height_map, "view_truth")
+    h = as_height_map(height_map, "view_truth")
     missing = [lv.relpath for lv in (leaf, leaf.partner(1), leaf.partner(2)) if lv not in visible]
     if missing:
         raise ValueError(f"view_truth: no visible set given for leaf view(s) {', '.join(missing)}")
@@ -223,7 +223,7 @@ def structure_truth(
     sample_idx: int | None = None,
 ) -> dict[LeafView, dict[str, Any]]:
     """gt dicts of all 16 leaf views, each checked, plus the structure-level constants across views."""
-    h = _as_height_map(height_map, "structure_truth")
+    h = as_height_map(height_map, "structure_truth")
     sid = structure_id(h)
     if visible is None:
         visible = exact_visible_sets(h, resolution)
