@@ -1,0 +1,98 @@
+"""`spatialiq run dapo-tight` end to end on the tiny model: SFT warm-up, then RL, one run folder, an interruption
+and a resume that finishes at the same step count, and a final model loadable with transformers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _train_support import TINY_RECIPE, one_thread, tiny_recipe, write_traces
+from typer.testing import CliRunner
+
+from spatialiq_train.train.logging import read_metrics
+
+one_thread()
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+def _interrupt_at(step: int):  # noqa: ANN202
+    from transformers import TrainerCallback
+
+    class InterruptAt(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step == step:
+                raise Interrupted(f"simulated interruption at step {step}")
+
+    return InterruptAt()
+
+
+@pytest.mark.slow
+def test_dapo_tight_run_resumes_after_interruption(tmp_path: Path) -> None:
+    from spatialiq_train.cli import app
+    from spatialiq_train.train.run import run_dapo_tight
+
+    root = tmp_path / "data"
+    rng = np.random.default_rng(2)
+    write_traces(root, "warmup", 8, rng, answer=lambda i: i % 10)
+    traces = write_traces(root, "rl", 8, rng, answer=lambda i: 3)
+    overrides = [f"data.traces_dir={traces}", f"data.data_root={root}", "sft.max_steps=4", "rl.max_steps=4",
+                 "logging.save_steps=2"]
+    out = tmp_path / "run"
+    with pytest.raises(Interrupted):
+        run_dapo_tight(tiny_recipe(overrides), out, rl_callbacks=[_interrupt_at(3)])
+    assert (out / "sft" / "final" / "model.safetensors").is_file()
+    assert (out / "rl" / "checkpoint-2").is_dir() and not (out / "final").exists()
+    assert [r["step"] for r in read_metrics(out / "rl" / "metrics.jsonl")] == [1, 2, 3]
+    sft_mtime = (out / "sft" / "final" / "model.safetensors").stat().st_mtime_ns
+
+    res = CliRunner().invoke(app, ["run", "dapo-tight", "--recipe", str(TINY_RECIPE), "--out", str(out), *overrides])
+    assert res.exit_code == 0, res.output
+    assert (out / "sft" / "final" / "model.safetensors").stat().st_mtime_ns == sft_mtime  # SFT not redone
+
+    sft_rows = read_metrics(out / "sft" / "metrics.jsonl")
+    rl_rows = read_metrics(out / "rl" / "metrics.jsonl")
+    assert [r["step"] for r in sft_rows] == [1, 2, 3, 4]
+    assert [r["step"] for r in rl_rows] == [1, 2, 3, 4]  # resumed from checkpoint-2, no duplicated steps
+    assert all("reward_mean" in r and "accuracy" in r and "kl" in r for r in rl_rows)
+    assert all("dynamic_sampling/kept_groups" in r for r in rl_rows)
+    state = json.loads((out / "rl" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+
+    from transformers import AutoModelForImageTextToText
+
+    from spatialiq_train.tiny import load_processor
+
+    final = out / "final"
+    assert (final / "model.safetensors").is_file() and not list(final.glob("*.bin"))
+    model = AutoModelForImageTextToText.from_pretrained(final)
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    assert load_processor(final).tokenizer.convert_tokens_to_ids("<|im_end|>") == model.config.eos_token_id
+
+
+def test_run_refuses_a_different_recipe_in_the_same_folder(tmp_path: Path) -> None:
+    from spatialiq_train.recipes import RecipeError
+    from spatialiq_train.train.run import _write_run_recipe
+
+    _write_run_recipe(tiny_recipe(), tmp_path)
+    _write_run_recipe(tiny_recipe(), tmp_path)  # same recipe: fine
+    with pytest.raises(RecipeError, match="different recipe"):
+        _write_run_recipe(tiny_recipe(["rl.beta=0.5"]), tmp_path)
+
+
+def test_warmup_and_rl_partitions_must_be_disjoint(tmp_path: Path) -> None:
+    from spatialiq_train.train.run import check_disjoint
+
+    rng = np.random.default_rng(3)
+    write_traces(tmp_path, "warmup", 3, rng, answer=lambda i: i)
+    traces = write_traces(tmp_path, "rl", 3, rng, answer=lambda i: i)
+    check_disjoint(traces, "warmup", "rl")
+    write_traces(tmp_path, "rl", 3, rng, answer=lambda i: i)
+    lines = (traces / "warmup.jsonl").read_text().splitlines()
+    (traces / "rl.jsonl").write_text(lines[0] + "\n")
+    with pytest.raises(ValueError, match="share 1 structures"):
+        check_disjoint(traces, "warmup", "rl")
