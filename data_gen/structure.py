@@ -110,7 +110,7 @@ def support_closure(blocks: Iterable[Block]) -> set[Block]:
     return {(i, j, k) for (i, j), kmax in top.items() for k in range(kmax + 1)}
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def _bin_table(rows: int, cols: int, layers: int, azimuth_deg: float) -> tuple[tuple[int, int, int, int, int], ...]:
     """Per block slot with ``k < layers``, in stable ascending front-depth order: (i, j, k, rect, dilated).
 

@@ -163,13 +163,10 @@ _INT_FIELDS = (
 )
 
 
-def _relations(gt: Mapping[str, Any]) -> list[tuple[str, bool]]:
-    """(relation, holds) for every invariant of one gt dict whose fields are known to be integers."""
+def count_relations(gt: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """(relation, holds) for the integer invariants of section 4.3 (all 3,000 released views satisfy them)."""
     g = gt
-    vis = [tuple(b) for b in g["visible_blocks"]]
-    vis_set = frozenset(vis)
     return [
-        ("task1 == 'blocks'", g["task1"] == TASK1_ANSWER),
         ("task5 + num_hidden_blocks == task_main", g["task5"] + g["num_hidden_blocks"] == g["task_main"]),
         ("total_blocks == task_main", g["total_blocks"] == g["task_main"]),
         ("num_columns == task3", g["num_columns"] == g["task3"]),
@@ -188,9 +185,19 @@ def _relations(gt: Mapping[str, Any]) -> list[tuple[str, bool]]:
         ("task8 <= task5", g["task8"] <= g["task5"]),
         ("1 <= task9 <= task3", 1 <= g["task9"] <= g["task3"]),
         ("task_main <= task3 * task4", g["task_main"] <= g["task3"] * g["task4"]),
+    ]
+
+
+def _list_relations(gt: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """(relation, holds) tying the written ``visible_blocks`` list to the counts."""
+    g = gt
+    vis = [tuple(b) for b in g["visible_blocks"]]
+    vis_set = frozenset(vis)
+    return [
+        ("task1 == 'blocks'", g["task1"] == TASK1_ANSWER),
         ("len(visible_blocks) == task5", len(vis) == g["task5"]),
         ("visible_blocks sorted and distinct", vis == sorted(vis_set)),
-        ("visible_blocks layers < task4", all(len(b) == 3 and 0 <= b[2] < g["task4"] for b in vis)),
+        ("visible_blocks layers < task4", all(b[2] < g["task4"] for b in vis)),
         ("task_main == |needed(visible_blocks)|", len(support_closure(vis_set)) == g["task_main"]),
         ("task8 == |visible on a non-visible block|", len(task8_set(vis_set)) == g["task8"]),
     ]
@@ -206,10 +213,15 @@ def check_invariants(gt: Mapping[str, Any], structure_id: str, leaf: LeafView) -
     if bad:
         raise GroundTruthError(f"{where}: field(s) {', '.join(f'{k}={gt[k]!r}' for k in bad)} "
                                "must be non-negative integers")
+    vis = gt["visible_blocks"]
+    if not isinstance(vis, (list, tuple)) or not all(
+            isinstance(b, (list, tuple)) and len(b) == 3 and all(isinstance(v, int) and v >= 0 for v in b)
+            for b in vis):
+        raise GroundTruthError(f"{where}: visible_blocks must be a list of [i, j, k] non-negative integers")
     placed = (gt["view_idx"], gt.get("offset"), gt.get("fov"), gt.get("dist"))
     if placed != (leaf.view_idx, leaf.offset, leaf.fov, leaf.dist):
         raise GroundTruthError(f"{where}: (view_idx, offset, fov, dist) = {placed} does not match the leaf")
-    broken = [relation for relation, holds in _relations(gt) if not holds]
+    broken = [relation for relation, holds in count_relations(gt) + _list_relations(gt) if not holds]
     if broken:
         values = ", ".join(f"{k}={gt[k]}" for k in _INT_FIELDS if k != "view_idx")
         raise GroundTruthError(f"{where}: broken relation(s) {'; '.join(broken)} ({values})")

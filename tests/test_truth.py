@@ -15,6 +15,7 @@ from data_gen.truth import (
     GroundTruthError,
     check_invariants,
     cluster_count,
+    count_relations,
     exact_visible_sets,
     structure_truth,
     support_sets,
@@ -167,6 +168,10 @@ def test_invariant_violation_names_structure_leaf_and_relation() -> None:
             check_invariants(dict(gt, **{key: value}), sid, leaf)
     with pytest.raises(GroundTruthError, match="non-negative integers"):
         check_invariants(dict(gt, task5=-1), sid, leaf)
+    with pytest.raises(GroundTruthError, match=r"\[i, j, k\]"):
+        check_invariants(dict(gt, visible_blocks=[[1, 2]]), sid, leaf)
+    with pytest.raises(GroundTruthError, match="len\\(visible_blocks\\) == task5"):
+        check_invariants(dict(gt, visible_blocks=[[1, 2, 3]]), sid, leaf)
     with pytest.raises(GroundTruthError, match="lacks"):
         check_invariants({k: v for k, v in gt.items() if k != "task7"}, sid, leaf)
     for other in (LeafView(2, 12.5, 3.0, 0.3), LeafView(1, 3.0, 3.0, 0.3), LeafView(1, 12.5, 1.0, 1.0)):
@@ -263,3 +268,20 @@ def test_full_resolution_truth_and_view_dependence() -> None:
         ids, _ = cast(h, leaf_camera(4, 4, int(h.max()), leaf, 512))
         assert [tuple(b) for b in truth[leaf]["visible_blocks"]] == sorted(visible_set(ids, 4))
     assert 0 < below < views
+
+
+def test_count_relations_hold_on_released_views(shared_dir) -> None:  # noqa: ANN001
+    """Our integer invariants are no stricter than the benchmark: all 3,000 released views satisfy them."""
+    import csv
+
+    path = next((shared_dir / "fixtures" / "paper_outputs" / "raw").glob("eval_raw_*_text.csv"))
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3000
+    for row in rows:
+        gt = {f"task{n}": int(row[f"task{n}_gt"]) for n in range(2, 10)}
+        gt.update(task_main=int(row["main_gt"]), total_blocks=int(row["total_blocks"]),
+                  num_hidden_blocks=int(row["num_hidden_blocks"]), num_columns=int(row["num_columns"]),
+                  num_layers=int(row["num_layers"]), task10=0, task11=0)
+        broken = [rel for rel, holds in count_relations(gt) if not holds]
+        assert not broken, (row["view"], broken)
