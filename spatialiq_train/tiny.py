@@ -157,22 +157,32 @@ def token_ids(tokenizer: Any) -> dict[str, int]:
 
 
 def build_config(tokenizer: Any, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None) -> Any:
+    """Qwen2.5-VL config: the tiny dimensions unless `text` / `vision` override them (e.g. QWEN25_VL_7B)."""
     from transformers import Qwen2_5_VLConfig
 
     ids = token_ids(tokenizer)
-    text_cfg = {**TINY_TEXT, **(text or {}), "vocab_size": len(tokenizer)}
+    text_cfg = {**TINY_TEXT, "vocab_size": len(tokenizer), **(text or {})}
     for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
         text_cfg[key] = ids[key]
     return Qwen2_5_VLConfig(text_config=text_cfg, vision_config={**TINY_VISION, **(vision or {})}, **ids)
 
 
-def build_model(tokenizer: Any, seed: int = 0, **config_overrides: Any) -> Any:
-    """A randomly initialised Qwen2.5-VL (float32) with ids and generation config set from the tokenizer."""
+def build_model(tokenizer: Any, seed: int = 0, dtype: Any = None, device: str | None = None,
+                **config_overrides: Any) -> Any:
+    """A randomly initialised Qwen2.5-VL (float32 unless `dtype`, built on `device`) with ids and generation
+    config set from the tokenizer."""
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(build_config(tokenizer, **config_overrides))
+    previous = torch.get_default_dtype()
+    try:
+        if dtype is not None:
+            torch.set_default_dtype(dtype)
+        with torch.device(device or "cpu"):
+            model = Qwen2_5_VLForConditionalGeneration(build_config(tokenizer, **config_overrides))
+    finally:
+        torch.set_default_dtype(previous)
     ids = token_ids(tokenizer)
     for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
         setattr(model.generation_config, key, ids[key])
@@ -191,3 +201,32 @@ def save_tiny(out_dir: str | Path, seed: int = 0) -> Path:
     n_params = sum(p.numel() for p in model.parameters())
     log.info("tiny Qwen2.5-VL (%d parameters) saved to %s", n_params, out)
     return out
+
+
+QWEN25_VL_7B: dict[str, dict[str, Any]] = {
+    "text": {
+        "vocab_size": 152064,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 128000,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
+    },
+    "vision": {
+        "depth": 32,
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "out_hidden_size": 3584,
+        "fullatt_block_indexes": [7, 15, 23, 31],
+        "window_size": 112,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    },
+}
+"""Qwen2.5-VL-7B-Instruct dimensions (its published config.json), for random-weight benchmarks."""
