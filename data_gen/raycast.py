@@ -1,13 +1,15 @@
 """Exact per-pixel block visibility: a vectorised voxel ray caster over a height map.
 
-Every pixel's ray (through the pixel centre, ``camera.pixel_rays``) is clipped to the grid's
-bounding box and then walked through the columns of the height map with a 2-D DDA (Amanatides
-and Woo) in lockstep over all rays. Within one column cell the ray spans the parameter interval
+Every pixel's ray (through the pixel centre, the rays of ``camera.pixel_rays``) is clipped to the
+tightest box of whole cells around the occupied columns (only the pixels of that box's projected
+window are traced at all) and then walked through the columns of the height map with a 2-D DDA
+(Amanatides and Woo) in lockstep over all rays. Within one column cell the ray spans the parameter interval
 ``[t_a, t_b]``; because a column is a solid box from the ground to ``H * 0.1``, the ray hits it
 exactly when it is at or below the column top somewhere in that interval, i.e. when
 ``min(z(t_a), z(t_b)) <= top``. The hit is on the side face at ``t_a`` when ``z(t_a) <= top``,
 otherwise on the top face. The layer of the hit block is ``floor(z_hit / 0.1)`` (the top layer
-for top-face hits). This is the same answer as a z-buffer of all the cubes, at 512x512.
+for top-face hits). This is the same answer as a z-buffer of all the cubes (the tests hold it
+against a brute-force ray-box test); a block is visible when it owns at least one pixel centre.
 
 Block ids, used by every instance buffer in the project: ``(i * cols + j) * max_height + k``;
 -1 where a pixel shows no block (the ground plane is not a block).

@@ -6,6 +6,10 @@ Definitions follow the reference generator's code, quirks included: task8 counts
 blocks standing directly on a non-visible block; task10/task11 are ``|V_this \\ V_partner|``;
 clusters are 6-connected components of the whole retained structure; ``task_main`` is the
 view-dependent ``|needed(V)|``.
+
+Besides the benchmark keys, every gt dict ends with ``camera``: the leaf camera's ``position`` and
+``target`` (metres, world frame of benchmark-spec 3.1), ``fov_deg`` (full field of view),
+``focal_mm`` (for the 20.955 mm aperture) and ``resolution`` (pixels).
 """
 
 from __future__ import annotations
