@@ -349,3 +349,19 @@ def test_slurm_array_script_runs_plan_shards_and_merge(tmp_path: Path, truth: ty
     run(cfg(tmp_path / "direct", structures=4, seed=3, num_shards=2), progress=False)
     produced = {k: v for k, v in tree(out).items() if not k.startswith("slurm/")}
     assert produced == tree(tmp_path / "direct")
+
+
+def test_mitsuba_end_to_end_small(tmp_path: Path) -> None:
+    pytest.importorskip("mitsuba")
+    result = CliRunner().invoke(app, ["gen", "--out", str(tmp_path), "--structures", "1", "--seed", "4", "--split",
+                                      "train", "--renderer", "mitsuba", "--object-type", "can", "--resolution", "32",
+                                      "--quiet"])
+    assert result.exit_code == 0, result.output
+    pngs = sorted(tmp_path.rglob("view.png"))
+    assert len(pngs) == 16
+    from PIL import Image
+
+    with Image.open(pngs[0]) as img:
+        assert img.size == (32, 32) and img.mode == "RGB"
+    gts = [layout.read_gt(p.parent) for p in pngs]
+    assert all(g["object_type"] == "can" and g["task5"] == len(g["visible_blocks"]) > 0 for g in gts)
