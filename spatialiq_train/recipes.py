@@ -55,6 +55,7 @@ class DataSection(_Section):
     sft_split: Literal["train", "val", "warmup", "rl"] = "train"
     rl_split: Literal["train", "val", "warmup", "rl"] = "rl"
     eval_split: Literal["train", "val", "warmup", "rl"] | None = "val"
+    """Held-out split that evaluation (the eval area) samples; training does not read it."""
     max_examples: int | None = Field(None, gt=0)
     """Cap on rows read per split (None = all)."""
 

@@ -72,7 +72,7 @@ def test_rl_recipe_knobs_reach_trainer(data, tmp_path: Path) -> None:  # noqa: A
     recipe = tiny_recipe(["rl.epsilon=0.15", "rl.epsilon_high=0.31", "rl.beta=0.07", "rl.loss_type=dapo",
                           "rl.learning_rate=2.5e-4", "rl.warmup_steps=3", "rl.num_generations=4",
                           "generation.max_completion_length=20", "generation.temperature=0.9",
-                          "rl.overlong.buffer_length=5", "rl.overlong.penalty=0.5"])
+                          "rl.overlong.buffer_length=5", "rl.overlong.penalty=0.5", "model.freeze_vision=true"])
     model = ensure_base_model(recipe, tmp_path)
     trainer, _ = build_rl_trainer(recipe, model, load_split(traces, "rl", root, "rl"), tmp_path / "rl")
     a = trainer.args
@@ -88,6 +88,9 @@ def test_rl_recipe_knobs_reach_trainer(data, tmp_path: Path) -> None:  # noqa: A
     assert trainer.filter_reward_mask == [True, True, False, False]  # shaping / accuracy do not drive the filter
     assert trainer.reward_funcs[2]([[0] * 18]) == pytest.approx([-0.6])  # 3 tokens into the 5-token buffer
     assert a.use_vllm is False  # vllm absent on CPU
+    grads = {n: p.requires_grad for n, p in trainer.model.named_parameters()}
+    assert not any(v for n, v in grads.items() if ".visual." in f".{n}")
+    assert any(v for n, v in grads.items() if "language_model" in n)
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,10 @@ def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: boo
     from spatialiq_train.train.logging import report_to
 
     gpu = on_gpu(recipe)
+    integrations = report_to(list(recipe.logging.report_to))
+    if "wandb" in integrations:  # offline unless the recipe asks for online; an explicit env setting wins
+        os.environ.setdefault("WANDB_MODE", recipe.logging.wandb_mode)
+        os.environ.setdefault("WANDB_PROJECT", recipe.logging.wandb_project)
     return {
         "output_dir": str(output_dir),
         "bf16": gpu and recipe.model.dtype != "float32",
@@ -38,7 +43,7 @@ def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: boo
         "save_steps": recipe.logging.save_steps,
         "save_total_limit": recipe.logging.save_total_limit,
         "save_only_model": False,
-        "report_to": report_to(list(recipe.logging.report_to)) or "none",
+        "report_to": integrations or "none",
         "seed": recipe.run.seed,
         "data_seed": recipe.run.seed,
         "dataloader_num_workers": 0,
@@ -80,6 +85,16 @@ def load_processor_for(recipe: Recipe, model_path: str) -> Any:
         if hasattr(image_processor, attr):
             setattr(image_processor, attr, value)
     return processor
+
+
+def freeze_vision_tower(model: Any) -> int:
+    """Stop gradients into the vision encoder; returns the number of frozen tensors."""
+    frozen = 0
+    for name, param in model.named_parameters():
+        if ".visual." in f".{name}":
+            param.requires_grad_(False)
+            frozen += 1
+    return frozen
 
 
 def lora_config(recipe: Recipe) -> Any:

@@ -134,6 +134,8 @@ def build_rl_trainer(
         max_refill_rounds=ds.max_refill_rounds,
         filter_reward_mask=rewards.filter_mask,
     )
+    if recipe.model.freeze_vision:
+        common.freeze_vision_tower(trainer.model)
     return trainer, processor
 
 

@@ -64,9 +64,7 @@ def build_sft_trainer(
         callbacks=[make_metrics_callback(out / "metrics.jsonl", "sft"), *(callbacks or [])],
     )
     if recipe.model.freeze_vision:
-        for name, param in trainer.model.named_parameters():
-            if ".visual." in f".{name}":
-                param.requires_grad_(False)
+        common.freeze_vision_tower(trainer.model)
     return trainer, processor
 
 
