@@ -43,8 +43,12 @@ def test_dapo_tight_run_resumes_after_interruption(tmp_path: Path) -> None:
     overrides = [f"data.traces_dir={traces}", f"data.data_root={root}", "sft.max_steps=4", "rl.max_steps=4",
                  "logging.save_steps=2"]
     out = tmp_path / "run"
-    with pytest.raises(Interrupted):
+    with pytest.raises(Interrupted):  # first inside the SFT warm-up ...
+        run_dapo_tight(tiny_recipe(overrides), out, sft_callbacks=[_interrupt_at(3)])
+    assert (out / "sft" / "checkpoint-2").is_dir() and not (out / "sft" / "final").exists()
+    with pytest.raises(Interrupted):  # ... then inside RL
         run_dapo_tight(tiny_recipe(overrides), out, rl_callbacks=[_interrupt_at(3)])
+    assert json.loads((out / "sft" / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
     assert (out / "sft" / "final" / "model.safetensors").is_file()
     assert (out / "rl" / "checkpoint-2").is_dir() and not (out / "final").exists()
     assert [r["step"] for r in read_metrics(out / "rl" / "metrics.jsonl")] == [1, 2, 3]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from _train_support import one_thread, tiny_recipe, write_traces
 
 from spatialiq_train.train.logging import read_metrics
@@ -35,7 +36,7 @@ def test_sft_loss_only_on_assistant_tokens_and_falls(data, tmp_path: Path) -> No
     from spatialiq_train.train.common import ensure_base_model
     from spatialiq_train.train.sft import build_sft_trainer
 
-    recipe = tiny_recipe(["sft.max_steps=12", "logging.save_steps=100"])
+    recipe = tiny_recipe(["sft.max_steps=12", "logging.save_steps=100", "logging.report_to=[tensorboard]"])
     model = ensure_base_model(recipe, tmp_path)
     trainer, processor = build_sft_trainer(recipe, model, _sft_dataset(data), tmp_path / "sft")
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
@@ -49,6 +50,27 @@ def test_sft_loss_only_on_assistant_tokens_and_falls(data, tmp_path: Path) -> No
     losses = [r["loss"] for r in read_metrics(tmp_path / "sft" / "metrics.jsonl")]
     assert len(losses) == 12
     assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.5
+    assert list((tmp_path / "sft").rglob("events.out.tfevents*"))  # tensorboard got the same steps
+
+
+def test_lora_sft_trains_adapters_and_exports_merged_weights(data, tmp_path: Path) -> None:  # noqa: ANN001
+    from safetensors import safe_open
+    from transformers import AutoModelForImageTextToText
+
+    from spatialiq_train.train.sft import run_sft
+
+    recipe = tiny_recipe(["sft.max_steps=2", "logging.save_steps=100", "model.lora.enabled=true", "model.lora.r=4"])
+    final = run_sft(recipe, tmp_path / "sft", train_dataset=_sft_dataset(data))
+    with safe_open(final / "model.safetensors", "pt") as fh:
+        keys = list(fh.keys())
+    assert keys and not any("lora" in k for k in keys)
+    model = AutoModelForImageTextToText.from_pretrained(final)
+    base = AutoModelForImageTextToText.from_pretrained(tmp_path / "sft" / "base")
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in base.parameters())
+    trained, start = dict(model.named_parameters()), dict(base.named_parameters())
+    changed = {n for n in trained if not torch.equal(trained[n], start[n])}
+    assert changed and all(n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"))
+                           for n in changed)  # only the LoRA targets moved, merged into plain weights
 
 
 def test_sft_recipe_knobs_reach_config(tmp_path: Path) -> None:

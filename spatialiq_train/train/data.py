@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 Mode = Literal["sft", "rl"]
 RL_COLUMNS: tuple[str, ...] = ("answer", "task_id", "structure_id")
 """Columns carried into the RL dataset (reward functions receive them as keyword arguments)."""
+GT_COLUMNS: tuple[str, ...] = (
+    "task2", "task3", "task4", "task5", "task6", "task7", "task8", "task9", "num_hidden_blocks", "task_main",
+)
+"""Ground-truth fields also carried into the RL dataset when the trace has them (e.g. for the stepwise reward)."""
 
 
 class TraceError(ValueError):
@@ -94,6 +98,9 @@ def trace_to_example(row: dict[str, Any], data_root: str | Path, mode: Mode, whe
         raise TraceError(f"{where}: 'answer' must be an integer, got {row['answer']!r}") from None
     example["task_id"] = str(row.get("task_id", "task_main"))
     example["structure_id"] = str(row.get("structure_id", ""))
+    for key in GT_COLUMNS:
+        if key in row:
+            example[key] = row[key]
     return example
 
 
