@@ -186,6 +186,17 @@ def scene_visible_count(height_map: np.ndarray) -> int:
     return len(analytic_visible(height_map, RETENTION_AZIMUTH))
 
 
+def _uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` uniform doubles in [0, 1) from the bit generator's raw 64-bit outputs (top 53 bits).
+
+    The sampler uses only these, never Generator methods such as ``choice`` or ``integers``: NumPy
+    keeps bit-generator streams stable across versions but may change the algorithms behind the
+    methods, and a structure must stay a pure function of (master seed, index).
+    """
+    raw = rng.bit_generator.random_raw(n)
+    return (raw >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
 @dataclass(frozen=True)
 class SampleInfo:
     """One sampled structure with the sampler's bookkeeping (for statistics and tests)."""
@@ -203,7 +214,12 @@ class SampleInfo:
 def sample_structure_info(
     rng: np.random.Generator, rows: int = 4, cols: int = 4, max_height: int = 4, min_blocks: int = N_MIN
 ) -> SampleInfo:
-    """Sample one retained structure exactly as section 1.2-1.3 and report target and attempts."""
+    """Sample one retained structure exactly as section 1.2-1.3 and report target and attempts.
+
+    Per structure: one uniform picks ``n*`` by the count weights; per attempt, one uniform picks
+    ``pre`` in [n*, N_max] and N_max more give a random order of the slots, whose first ``pre``
+    are the chosen distinct slots (slot s -> cell s // max_height, gravity collapse).
+    """
     if rows < 1 or cols < 1 or max_height < 1:
         raise ValueError(f"sample_structure: rows, cols, max_height must be >= 1, got {rows}, {cols}, {max_height}")
     n_max = rows * cols * max_height
@@ -212,12 +228,13 @@ def sample_structure_info(
     if weights.sum() <= 0:
         raise ValueError(f"sample_structure: no positive count weight in [{n_min}, {n_max}]")
     cum = np.cumsum(weights)
-    target = n_min + min(int(np.searchsorted(cum, rng.random() * cum[-1], side="right")), len(cum) - 1)
+    target = n_min + min(int(np.searchsorted(cum, _uniforms(rng, 1)[0] * cum[-1], side="right")), len(cum) - 1)
     best: np.ndarray | None = None
     best_gap = n_max + 1
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        pre = int(rng.integers(target, n_max + 1))
-        slots = rng.choice(n_max, size=pre, replace=False)
+        u = _uniforms(rng, 1 + n_max)
+        pre = min(target + int(u[0] * (n_max - target + 1)), n_max)  # uniform in [n*, N_max]
+        slots = np.argsort(u[1:], kind="stable")[:pre]  # `pre` distinct slots, uniformly at random
         h = np.bincount(slots // max_height, minlength=rows * cols).reshape(rows, cols).astype(np.int64)
         kept = retain(h)
         gap = abs(int(kept.sum()) - target)

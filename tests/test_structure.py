@@ -214,7 +214,9 @@ def test_sampler_statistics_match_spec(sampled: list) -> None:
     assert totals.min() >= 3 and totals.max() <= 64
     assert 10 <= int(np.argmax(np.bincount(totals))) <= 11  # the histogram peaks at 10-11
     columns = np.array([int((s.height_map > 0).sum()) for s in sampled])
-    assert columns.min() >= 3 and 7 <= int(np.argmax(np.bincount(columns))) <= 11
+    # The spec's simulation saw 3 to 15 non-empty columns with the mode around 8-11; two columns (e.g. a
+    # stack of 2 beside a single block for n* = 3) are rare but valid.
+    assert columns.min() >= 2 and np.mean(columns >= 3) > 0.99 and 7 <= int(np.argmax(np.bincount(columns))) <= 11
 
 
 def test_targets_follow_count_weights(sampled: list) -> None:
@@ -243,6 +245,28 @@ def test_same_seed_and_index_give_same_map() -> None:
     c = [sample_structure(structure_rng(10, idx)) for idx in range(20)]
     assert sum((x == y).all() for x, y in zip(a, c, strict=True)) < 5
     assert len({structure_id(x) for x in a}) >= 18
+
+
+def test_sampler_reads_only_the_raw_bit_stream() -> None:
+    """Only ``bit_generator.random_raw`` is used (stable across NumPy versions), no Generator method."""
+    import types
+
+    for idx in range(10):
+        seq = np.random.SeedSequence([4, idx])
+        bare = types.SimpleNamespace(bit_generator=np.random.PCG64(seq))
+        full = np.random.Generator(np.random.PCG64(np.random.SeedSequence([4, idx])))
+        assert (sample_structure(bare) == sample_structure(full)).all()  # type: ignore[arg-type]
+
+
+def test_pinned_structures_of_a_seed() -> None:
+    """Regression pin of the reproducibility contract: (master seed, index) -> height map never changes."""
+    expected = {
+        0: [[0, 0, 2, 2], [0, 2, 0, 0], [0, 0, 0, 0], [0, 0, 1, 2]],
+        1: [[0, 1, 1, 1], [0, 2, 1, 1], [1, 1, 2, 0], [2, 0, 0, 0]],
+        2: [[0, 1, 1, 0], [0, 0, 0, 0], [0, 0, 1, 0], [0, 1, 1, 0]],
+    }
+    for idx, hmap in expected.items():
+        assert sample_structure(structure_rng(2026, idx)).tolist() == hmap
 
 
 def test_structure_rng_rejects_bad_seeds() -> None:
