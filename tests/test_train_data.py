@@ -1,0 +1,82 @@
+"""Trace JSONL -> TRL rows: message handling, image paths inside the data root, errors naming file and line,
+and the metrics.jsonl helpers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _train_support import trace_row, write_traces
+
+from spatialiq_train.train.data import TraceError, load_split, read_traces, trace_to_example
+from spatialiq_train.train.logging import normalise_logs, read_metrics
+
+
+def test_sft_row_has_prompt_completion_and_resolved_image(tmp_path: Path) -> None:
+    ex = trace_to_example(trace_row("img/a.png", 7, "s1"), tmp_path, "sft")
+    assert ex["prompt"] == [{"role": "system", "content": "Answer in tags."},
+                            {"role": "user", "content": "How many blocks are there?"}]
+    assert ex["completion"] == [{"role": "assistant", "content": "<answer>7</answer>"}]
+    assert ex["images"] == [str((tmp_path / "img" / "a.png").resolve())]
+    assert "answer" not in ex
+
+
+def test_rl_row_carries_answer_and_ground_truth(tmp_path: Path) -> None:
+    row = {**trace_row("img/a.png", 7, "s1", system=None), "task5": 4, "num_hidden_blocks": 3}
+    ex = trace_to_example(row, tmp_path, "rl")
+    assert [m["role"] for m in ex["prompt"]] == ["user"] and "completion" not in ex
+    assert (ex["answer"], ex["structure_id"], ex["task5"], ex["num_hidden_blocks"]) == (7, "s1", 4, 3)
+
+
+def test_image_path_escaping_the_root_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        trace_to_example(trace_row("../outside.png", 1, "s"), tmp_path / "root", "sft")
+
+
+def test_bad_rows_name_file_and_line(tmp_path: Path) -> None:
+    f = tmp_path / "train.jsonl"
+    f.write_text(json.dumps(trace_row("img/a.png", 1, "s")) + "\n\n{not json\n")
+    with pytest.raises(TraceError, match=r"train\.jsonl:3: not valid JSON"):
+        read_traces(f)
+    f.write_text('{"messages": "nope"}\n')
+    with pytest.raises(TraceError, match=r"train\.jsonl:1: expected an object with a 'messages' list"):
+        read_traces(f)
+    with pytest.raises(TraceError, match="does not exist"):
+        read_traces(tmp_path / "missing.jsonl")
+    bad = trace_row("img/a.png", 1, "s")
+    bad["messages"][0]["role"] = "tool"
+    with pytest.raises(TraceError, match=r"row 5: messages\[0\] has role 'tool'"):
+        trace_to_example(bad, tmp_path, "sft", where="row 5")
+    with pytest.raises(TraceError, match="'answer' must be an integer"):
+        trace_to_example({**trace_row("img/a.png", 1, "s"), "answer": "many"}, tmp_path, "rl")
+
+
+def test_load_split_decodes_images_and_skips_rows_without_answer(tmp_path: Path) -> None:
+    traces = write_traces(tmp_path, "rl", 3, np.random.default_rng(0), answer=lambda i: i)
+    lines = (traces / "rl.jsonl").read_text().splitlines()
+    row = json.loads(lines[0])
+    row["answer"] = None  # e.g. task1 (object type) rows of a plain trace file
+    (traces / "rl.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+    ds = load_split(traces, "rl", tmp_path, "rl")
+    assert len(ds) == 2 and ds[0]["answer"] == 1
+    assert ds[0]["images"][0].size == (56, 56)
+    sft = load_split(traces, "rl", tmp_path, "sft", limit=1)
+    assert len(sft) == 1 and sft[0]["completion"][0]["content"] == "<answer>0</answer>"
+
+
+def test_normalise_logs_adds_stable_names() -> None:
+    logs = {"reward": 0.5, "rewards/exact_match/mean": 0.25, "rewards/format/mean": 1.0, "kl": 0.01,
+            "clip_ratio/region_mean": 0.1, "completions/mean_length": 12.0, "note": "text", "bad": float("nan")}
+    out = normalise_logs(logs)
+    assert (out["reward_mean"], out["accuracy"], out["reward/format"]) == (0.5, 0.25, 1.0)
+    assert (out["clip_fraction"], out["response_length"], out["kl"]) == (0.1, 12.0, 0.01)
+    assert "note" not in out and "bad" not in out
+
+
+def test_read_metrics_skips_a_torn_last_line(tmp_path: Path) -> None:
+    f = tmp_path / "metrics.jsonl"
+    f.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
+    assert [r["step"] for r in read_metrics(f)] == [1, 2]
+    assert read_metrics(tmp_path / "none.jsonl") == []
