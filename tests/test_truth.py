@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import ndimage
 
 from data_gen.camera import LEAF_VIEWS, LeafView, leaf_camera
@@ -257,7 +259,7 @@ def test_invariants_hold_on_cast_structures(cast_structures: list) -> None:
 def test_full_resolution_truth_and_view_dependence() -> None:
     """structure_truth at the real 512 px on sampled structures; task_main is sometimes below the total."""
     below, views = 0, 0
-    for idx in range(12):
+    for idx in range(24):
         h = sample_structure(structure_rng(2026, idx))
         truth = structure_truth(h)
         for gt in truth.values():
@@ -285,3 +287,24 @@ def test_count_relations_hold_on_released_views(shared_dir) -> None:  # noqa: AN
                   num_layers=int(row["num_layers"]), task10=0, task11=0)
         broken = [rel for rel, holds in count_relations(gt) if not holds]
         assert not broken, (row["view"], broken)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(
+    heights=st.lists(st.integers(0, 4), min_size=16, max_size=16).filter(lambda v: max(v) > 0),
+    keep=st.lists(st.booleans(), min_size=64, max_size=64),
+)
+def test_truth_properties_hypothesis(heights: list[int], keep: list[bool]) -> None:
+    """For any height map and any visible set holding its top layer, the definitions and invariants agree."""
+    h = np.array(heights).reshape(4, 4)
+    blocks = blocks_of(h)
+    top = int(h.max())
+    v = frozenset(b for b, kp in zip(blocks, keep, strict=False) if kp or b[2] == top - 1)
+    gt = view_truth(h, LEAF_VIEWS[0], _same_everywhere(set(v)))
+    check_invariants(gt, structure_id(h), LEAF_VIEWS[0])
+    _, components = ndimage.label(h > 0)  # default structure: 4-connectivity
+    assert gt["task9"] == components
+    needed = support_closure(v)
+    assert all((i, j, k - 1) in needed for i, j, k in needed if k > 0)  # downward closed
+    assert gt["num_hidden_blocks"] == len(needed - v) and gt["task10"] == gt["task11"] == 0
+    assert gt["task8"] == sum(1 for i, j, k in v if k >= 1 and (i, j, k - 1) not in v)
