@@ -9,6 +9,10 @@ step are counted in the time but not in the FLOPs, so RL MFU is a lower bound).
 
     python bench/bench_train.py                    # auto: 7B on GPU, tiny on CPU
     python bench/bench_train.py --arch tiny --steps 4 --out bench/results/train_cpu.json
+    python bench/bench_train.py --lora             # if full fine-tuning plus the KL reference does not fit
+
+Full fine-tuning of the 7B with AdamW and a bf16 reference model needs roughly 16 (weights) + 16 (grads) +
+64 (fp32 Adam moments) + 16 (reference) GB before activations, so one 141 GB H200 is close to its limit.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--peak-tflops", type=float, default=None, help="Override the device's peak FLOP/s.")
     parser.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
+    parser.add_argument("--lora", action="store_true", help="Train LoRA adapters instead of all weights.")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
@@ -135,8 +140,10 @@ def main() -> None:
         del model
         traces = _write_traces(root / "data", 32, side, np.random.default_rng(0))
         recipe = load_recipe(recipe_file, [*overrides, f"sft.max_steps={n + 1}", f"rl.max_steps={n + 1}",
-                                           "logging.report_to=[]", "logging.save_steps=100000", "model.tiny=false"])
-        results = {"device": device_name, "arch": arch, "parameters": n_params, "peak_tflops": peak, "phases": []}
+                                           "logging.report_to=[]", "logging.save_steps=100000", "model.tiny=false",
+                                           f"model.lora.enabled={str(args.lora).lower()}"])
+        results = {"device": device_name, "arch": arch, "parameters": n_params, "peak_tflops": peak,
+                   "lora": args.lora, "phases": []}
         for phase in ("sft", "rl"):
             timer = _step_timer()
             ds = load_split(traces, "warmup" if phase == "sft" else "rl", root / "data", phase)

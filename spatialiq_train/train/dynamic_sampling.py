@@ -126,20 +126,13 @@ def merge_outputs(parts: list[dict[str, Any]], pad_token_id: int) -> dict[str, A
     return merged
 
 
-def _trainer_base() -> type:
-    from trl import GRPOTrainer
-
-    return GRPOTrainer
-
-
 def build_dynamic_sampling_trainer_class() -> type:
     """The GRPOTrainer subclass (built lazily so importing this module does not import TRL)."""
     import torch
+    from trl import GRPOTrainer
     from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
-    base = _trainer_base()
-
-    class DynamicSamplingGRPOTrainer(base):  # type: ignore[misc, valid-type]
+    class DynamicSamplingGRPOTrainer(GRPOTrainer):
         """GRPOTrainer with DAPO dynamic sampling (see the module docstring)."""
 
         def __init__(
@@ -216,8 +209,9 @@ def build_dynamic_sampling_trainer_class() -> type:
                 filler["completion_mask"] = torch.zeros_like(filler["completion_mask"])
                 kept.append(filler)
             merged = merge_outputs(kept, self._tokenizer.pad_token_id)
-            loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1) if merged.get("tool_mask") is not None \
-                else merged["completion_mask"]
+            loss_mask = merged["completion_mask"]
+            if merged.get("tool_mask") is not None:
+                loss_mask = loss_mask * merged["tool_mask"]
             merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
             metrics = self._metrics["train"]
             metrics["dynamic_sampling/kept_groups"].append(float(n_kept))
