@@ -308,3 +308,37 @@ def test_truth_properties_hypothesis(heights: list[int], keep: list[bool]) -> No
     assert all((i, j, k - 1) in needed for i, j, k in needed if k > 0)  # downward closed
     assert gt["num_hidden_blocks"] == len(needed - v) and gt["task10"] == gt["task11"] == 0
     assert gt["task8"] == sum(1 for i, j, k in v if k >= 1 and (i, j, k - 1) not in v)
+
+
+def test_leaf_variation_matches_released_cube_views(shared_dir) -> None:  # noqa: ANN001
+    """Across the 4 leaves of a (structure, base view), how often a count changes: ours vs the released cubes.
+
+    This exercises the cameras (offsets, lens/distance pairs) and the pixel visibility together. Shares
+    are compared with 4 standard deviations of the difference of two binomial estimates.
+    """
+    import csv
+    from collections import defaultdict
+
+    path = next((shared_dir / "fixtures" / "paper_outputs" / "raw").glob("eval_raw_*_text.csv"))
+    with path.open(newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["object_type"] == "cube"]
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        groups[row["view"].rsplit("/", 1)[0]].append(row)
+    released_groups = [g for g in groups.values() if len(g) == 4]
+    columns = {"task_main": "main_gt", "task5": "task5_gt", "num_hidden_blocks": "num_hidden_blocks",
+               "task8": "task8_gt", "task7": "task7_gt", "task2": "task2_gt"}
+    ours: dict[str, list[bool]] = defaultdict(list)
+    for idx in range(40):
+        truth = structure_truth(sample_structure(structure_rng(555, idx)))
+        for view in range(1, 5):
+            leaves = [gt for leaf, gt in truth.items() if leaf.view_idx == view]
+            for key in columns:
+                ours[key].append(len({gt[key] for gt in leaves}) > 1)
+    for key, col in columns.items():
+        released = float(np.mean([len({r[col] for r in g}) > 1 for g in released_groups]))
+        mine = float(np.mean(ours[key]))
+        p = (released + mine) / 2
+        sd = np.sqrt(p * (1 - p) * (1 / len(released_groups) + 1 / len(ours[key])))
+        assert abs(mine - released) <= 4 * sd + 1e-9, (key, mine, released)
+    assert not any(ours["task2"])  # task2 never varies, as in the released data
