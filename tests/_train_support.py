@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,3 +56,13 @@ def tiny_recipe(overrides: list[str] | None = None) -> Any:
     from spatialiq_train.recipes import load_recipe
 
     return load_recipe(TINY_RECIPE, list(overrides or []))
+
+
+@functools.cache
+def tiny_model_dir() -> str:
+    """The offline tiny Qwen2.5-VL, built and saved once per test process (session scope across modules)."""
+    from spatialiq_train.tiny import save_tiny
+
+    folder = tempfile.mkdtemp(prefix="tiny-qwen25vl-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return str(save_tiny(Path(folder) / "model", seed=0))

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _train_support import one_thread, tiny_recipe, write_traces
+from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,7 +86,6 @@ parity_reward.__name__ = "parity"
 
 @pytest.fixture(scope="module")
 def ds_env(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    from spatialiq_train.train.common import ensure_base_model
     from spatialiq_train.train.data import load_split
 
     root = tmp_path_factory.mktemp("ds")
@@ -95,7 +94,7 @@ def ds_env(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     write_traces(root, "even", 6, rng, answer=lambda i: 2 * i)  # all even: no group varies
     recipe = tiny_recipe(["rl.max_steps=1", f"rl.num_generations={G}", f"rl.per_device_train_batch_size={2 * G}",
                           "rl.dynamic_sampling.max_refill_rounds=2", "logging.save_steps=100"])
-    model = ensure_base_model(recipe, root)
+    model = tiny_model_dir()
     odd = load_split(traces, "rl", root, "rl")
     even = load_split(traces, "even", root, "rl")
     return recipe, model, odd, even, root

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _train_support import one_thread, tiny_recipe, write_traces
+from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
 
 from spatialiq_train.train.logging import read_metrics
 
@@ -33,11 +33,10 @@ def _sft_dataset(data):  # noqa: ANN001, ANN202
 
 
 def test_sft_loss_only_on_assistant_tokens_and_falls(data, tmp_path: Path) -> None:  # noqa: ANN001
-    from spatialiq_train.train.common import ensure_base_model
     from spatialiq_train.train.sft import build_sft_trainer
 
     recipe = tiny_recipe(["sft.max_steps=12", "logging.save_steps=100", "logging.report_to=[tensorboard]"])
-    model = ensure_base_model(recipe, tmp_path)
+    model = tiny_model_dir()
     trainer, processor = build_sft_trainer(recipe, model, _sft_dataset(data), tmp_path / "sft")
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
     tok = processor.tokenizer
@@ -86,7 +85,6 @@ def test_sft_recipe_knobs_reach_config(tmp_path: Path) -> None:
 
 
 def test_rl_recipe_knobs_reach_trainer(data, tmp_path: Path) -> None:  # noqa: ANN001
-    from spatialiq_train.train.common import ensure_base_model
     from spatialiq_train.train.data import load_split
     from spatialiq_train.train.rl import build_rl_trainer
 
@@ -95,7 +93,7 @@ def test_rl_recipe_knobs_reach_trainer(data, tmp_path: Path) -> None:  # noqa: A
                           "rl.learning_rate=2.5e-4", "rl.warmup_steps=3", "rl.num_generations=4",
                           "generation.max_completion_length=20", "generation.temperature=0.9",
                           "rl.overlong.buffer_length=5", "rl.overlong.penalty=0.5", "model.freeze_vision=true"])
-    model = ensure_base_model(recipe, tmp_path)
+    model = tiny_model_dir()
     trainer, _ = build_rl_trainer(recipe, model, load_split(traces, "rl", root, "rl"), tmp_path / "rl")
     a = trainer.args
     assert (a.epsilon, a.epsilon_high, a.beta, a.loss_type) == (0.15, 0.31, 0.07, "dapo")
@@ -126,7 +124,7 @@ def test_rl_after_sft_warmup_raises_exact_match(data, tmp_path: Path) -> None:  
     recipe = tiny_recipe(["sft.max_steps=120", "rl.max_steps=80", "rl.learning_rate=8e-4", "rl.warmup_steps=0",
                           "rl.beta=0.0", "rl.num_generations=8", "rl.per_device_train_batch_size=16",
                           "reward.weights={exact_match: 1.0}", "logging.save_steps=1000"])
-    init = run_sft(recipe, tmp_path / "sft", train_dataset=_sft_dataset(data))
+    init = run_sft(recipe, tmp_path / "sft", model_path=tiny_model_dir(), train_dataset=_sft_dataset(data))
     trainer, _ = build_rl_trainer(recipe, str(init), load_split(traces, "rl", root, "rl"), tmp_path / "rl")
     trainer.train()
     acc = [r["accuracy"] for r in read_metrics(tmp_path / "rl" / "metrics.jsonl")]
