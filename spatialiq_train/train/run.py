@@ -8,7 +8,7 @@ partition, under one run directory:
     DIR/recipe.yaml  the recipe as run (overrides applied)
 
 Rerunning the same command resumes: a finished SFT phase is skipped and each phase continues from its newest
-checkpoint.
+checkpoint. With `rl.init_from` set, that checkpoint is the SFT-CoT initialisation and the warm-up is skipped.
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ def run_dapo_tight(
     if sft_dataset is None and rl_dataset is None and d.sft_split != d.rl_split:
         check_disjoint(d.traces_dir, d.sft_split, d.rl_split)
     sft_final = out / "sft" / "final"
-    if (sft_final / "config.json").is_file():
+    if recipe.rl.init_from:
+        log.info("rl.init_from is set (%s): using it as the SFT-CoT initialisation, no warm-up", recipe.rl.init_from)
+    elif (sft_final / "config.json").is_file():
         log.info("SFT warm-up already finished (%s); skipping to RL", sft_final)
     else:
         base = common.ensure_base_model(recipe, out)
