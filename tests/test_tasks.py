@@ -43,7 +43,8 @@ def test_every_prompt_string_appears_verbatim_in_spec(spec: str) -> None:
 
 
 def test_cot_template_filled_matches_spec_example(spec: str) -> None:
-    filled = next(b for b in _fenced_blocks(spec) if b.startswith("<think>\n1) The object type making up the structure is: blocks."))
+    example_start = "<think>\n1) The object type making up the structure is: blocks."
+    filled = next(b for b in _fenced_blocks(spec) if b.startswith(example_start))
     assert fill_cot_template(EX4_GT) == filled
     assert not filled.endswith("\n")
 
