@@ -18,12 +18,11 @@ from spatialiq_train.io import resolve_inside
 log = logging.getLogger(__name__)
 
 Mode = Literal["sft", "rl"]
-RL_COLUMNS: tuple[str, ...] = ("answer", "task_id", "structure_id")
-"""Columns carried into the RL dataset (reward functions receive them as keyword arguments)."""
 GT_COLUMNS: tuple[str, ...] = (
     "task2", "task3", "task4", "task5", "task6", "task7", "task8", "task9", "num_hidden_blocks", "task_main",
 )
-"""Ground-truth fields also carried into the RL dataset when the trace has them (e.g. for the stepwise reward)."""
+"""Ground-truth fields carried into the RL dataset, beside `answer`, `task_id` and `structure_id`, when the trace
+has them; reward functions receive every column as a keyword argument (e.g. the stepwise reward)."""
 
 
 class TraceError(ValueError):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.io import atomic_write_text
-from spatialiq_train.recipes import Recipe, RecipeError, load_recipe, recipe_to_yaml
+from spatialiq_train.recipes import Recipe, RecipeError, recipe_to_yaml
 from spatialiq_train.train import common
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,3 @@ def run_dapo_tight(
     init = recipe.rl.init_from or str(sft_final)
     return run_rl(recipe, out / "rl", model_path=init, train_dataset=rl_dataset, final_dir=out / "final",
                   rewards=rl_rewards, callbacks=rl_callbacks)
-
-
-def run_dapo_tight_from_file(recipe_path: str | Path, out_dir: str | Path, overrides: list[str]) -> Path:
-    return run_dapo_tight(load_recipe(recipe_path, overrides), out_dir)
