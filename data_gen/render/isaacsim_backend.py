@@ -61,6 +61,8 @@ class IsaacSimRenderer:
     ``path_tracing``, ``environment_usd`` (a USD to reference under /World/Environment instead of the floor)."""
 
     name = "isaacsim"
+    num_environments = len(materials.ENVIRONMENTS)
+    """How many ``SceneSpec.environment`` presets this backend draws (the generator picks one per structure)."""
 
     def __init__(self, headless: bool = True, rt_subframes: int = st.RT_SUBFRAMES, path_tracing: bool = False,
                  environment_usd: str | None = None, resolution: int = 512) -> None:

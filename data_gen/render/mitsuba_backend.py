@@ -249,6 +249,8 @@ class MitsubaRenderer:
     ``max_depth`` (path length; 3 = direct light plus one bounce), ``threads`` (None = all cores)."""
 
     name = "mitsuba"
+    num_environments = len(materials.ENVIRONMENTS)
+    """How many ``SceneSpec.environment`` presets this backend draws (the generator picks one per structure)."""
 
     def __init__(self, variant: str = "auto", spp: int = 8, max_depth: int = 3, threads: int | None = None) -> None:
         if spp < 1 or max_depth < 1:
