@@ -104,8 +104,9 @@ class RLSection(_Section):
     num_train_epochs: float = Field(1.0, gt=0)
     max_steps: int = -1
     per_device_train_batch_size: int = Field(4, gt=0)
-    gradient_accumulation_steps: int = Field(1, gt=0)
+    gradient_accumulation_steps: int = Field(4, gt=0)
     steps_per_generation: int | None = Field(None, gt=0)
+    """Optimizer micro-steps served by one generation batch (None: gradient_accumulation_steps)."""
     num_generations: int = Field(16, ge=2)
     num_iterations: int = Field(1, gt=0)
     loss_type: Literal["dapo", "grpo", "bnpo", "dr_grpo"] = "dapo"
@@ -127,9 +128,16 @@ class RLSection(_Section):
     overlong: OverlongSection = Field(default_factory=OverlongSection)
 
     @model_validator(mode="after")
-    def _clip_order(self) -> RLSection:
+    def _consistent(self) -> RLSection:
         if self.epsilon_high < self.epsilon:
             raise ValueError(f"rl.epsilon_high ({self.epsilon_high}) must be >= rl.epsilon ({self.epsilon})")
+        per_device = self.per_device_train_batch_size * (self.steps_per_generation or self.gradient_accumulation_steps)
+        if per_device % self.num_generations:
+            raise ValueError(
+                f"rl.per_device_train_batch_size x rl.steps_per_generation (default: gradient_accumulation_steps) = "
+                f"{per_device} must be a multiple of rl.num_generations = {self.num_generations}: each device "
+                "generates whole groups (needed by dynamic sampling)"
+            )
         return self
 
 
@@ -209,7 +217,9 @@ def _describe(exc: ValidationError, source: str) -> str:
             hint = f"did you mean '{'.'.join([*map(str, loc[:-1]), near[0]])}'?" if near else ""
             lines.append(f"  unknown key '{path}' {hint} (valid keys here: {', '.join(valid)})")
         else:
-            lines.append(f"  {path or '<top>'}: {err['msg']} (got {err.get('input')!r})")
+            got = err.get("input")
+            shown = "" if isinstance(got, dict) else f" (got {got!r})"
+            lines.append(f"  {path or '<top>'}: {err['msg']}{shown}")
     return "\n".join(lines)
 
 

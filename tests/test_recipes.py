@@ -73,6 +73,9 @@ def test_bad_value_names_key() -> None:
         recipe_from_dict({"name": "x", "rl": {"loss_type": "ppo"}})
     with pytest.raises(RecipeError, match=r"epsilon_high"):
         recipe_from_dict({"name": "x", "rl": {"epsilon": 0.3, "epsilon_high": 0.2}})
+    with pytest.raises(RecipeError, match=r"= 6 must be a multiple of rl.num_generations = 4"):
+        recipe_from_dict({"name": "x", "rl": {"per_device_train_batch_size": 3, "steps_per_generation": 2,
+                                              "num_generations": 4}})
 
 
 def test_parse_override_uses_yaml_values() -> None:
