@@ -58,14 +58,15 @@ def write_textures(folder: Path) -> list[Path]:
 
 class IsaacSimRenderer:
     """RTX renderer with the benchmark's lights and camera; options: ``headless``, ``rt_subframes``,
-    ``path_tracing``, ``environment_usd`` (a USD to reference under /World/Environment instead of the floor)."""
+    ``path_tracing``, ``environment_usd`` (a USD to reference under /World/Environment instead of the floor),
+    ``settle_updates`` (app updates after building a stage, so textures are loaded before the capture)."""
 
     name = "isaacsim"
     num_environments = len(materials.ENVIRONMENTS)
     """How many ``SceneSpec.environment`` presets this backend draws (the generator picks one per structure)."""
 
     def __init__(self, headless: bool = True, rt_subframes: int = st.RT_SUBFRAMES, path_tracing: bool = False,
-                 environment_usd: str | None = None, resolution: int = 512) -> None:
+                 environment_usd: str | None = None, resolution: int = 512, settle_updates: int = 10) -> None:
         try:
             import isaacsim  # noqa: F401
         except ImportError as exc:
@@ -76,6 +77,8 @@ class IsaacSimRenderer:
 
         self._rep, self._usd = rep, omni.usd
         self.rt_subframes, self.environment_usd = int(rt_subframes), environment_usd
+        self.settle_updates = int(settle_updates)
+        rep.orchestrator.set_capture_on_play(False)
         self._textures = write_textures(Path(tempfile.mkdtemp(prefix="spatialiq_textures_")))
 
     def render(self, spec: SceneSpec) -> RenderResult:
@@ -83,6 +86,8 @@ class IsaacSimRenderer:
         rep = self._rep
         try:
             _populate(self._usd.get_context().get_stage(), stage_spec, self._textures)
+            for _ in range(self.settle_updates):  # let textures and materials load before capturing
+                self._app.update()
             product = rep.create.render_product(st.CAMERA_PATH, stage_spec.camera.resolution)
             rgb = rep.AnnotatorRegistry.get_annotator("rgb")
             seg = rep.AnnotatorRegistry.get_annotator("instance_id_segmentation", init_params={"colorize": False})
