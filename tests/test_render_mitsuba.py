@@ -9,12 +9,13 @@ import pytest
 
 from data_gen.camera import LEAF_VIEWS, leaf_camera
 from data_gen.raycast import block_id, cast, visible_set
-from data_gen.render import materials
+from data_gen.render import materials, mitsuba_backend
 from data_gen.render.base import RenderError, SceneSpec, get_renderer
 from data_gen.render.mitsuba_backend import (
     _llvm_major,
     find_libllvm,
     ids_from_shape_index,
+    resolve_variant,
     shape_block_ids,
 )
 
@@ -152,6 +153,22 @@ def test_libllvm_discovery(tmp_path, monkeypatch) -> None:
     lib.write_bytes(b"")
     monkeypatch.setenv("DRJIT_LIBLLVM_PATH", str(lib))
     assert find_libllvm() == str(lib)
+
+
+def test_auto_variant_prefers_llvm_and_falls_back_to_scalar_with_a_warning(monkeypatch, caplog) -> None:
+    import drjit as dr
+
+    if dr.has_backend(dr.JitBackend.CUDA):
+        pytest.skip("a CUDA device is present, so auto picks cuda_ad_rgb")
+    assert resolve_variant("auto") == ("llvm_ad_rgb" if find_libllvm() else "scalar_rgb")
+    monkeypatch.setattr(mitsuba_backend, "find_libllvm", lambda *a, **k: None)
+    with caplog.at_level("WARNING", logger="data_gen.render.mitsuba_backend"):
+        assert resolve_variant("auto") == "scalar_rgb"
+    assert "libllvm19" in caplog.text and "falling back to scalar_rgb" in caplog.text
+    with pytest.raises(RuntimeError, match="apt-get install libllvm19"):
+        resolve_variant("llvm_ad_rgb")
+    with pytest.raises(RuntimeError, match="NVIDIA GPU"):
+        resolve_variant("cuda_ad_rgb")
 
 
 # ---- materials (pure numpy) -------------------------------------------------------------------------------
