@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from data_gen.camera import LEAF_VIEWS, leaf_camera
+from data_gen.camera import LEAF_VIEWS, block_center, leaf_camera, pixel_rays
 from data_gen.raycast import block_id, cast, visible_set
 from data_gen.render import materials, mitsuba_backend
 from data_gen.render.base import RenderError, SceneSpec, get_renderer
@@ -119,6 +119,41 @@ def test_can_renders_and_gives_ids(renderer) -> None:
     tops = {block_id(i, j, h - 1, 4) for i, row in enumerate(STAIRS) for j, h in enumerate(row) if h}
     assert tops <= present
     assert 0 < (ids >= 0).sum() < (cube_ids >= 0).sum()
+
+
+def _cast_cans(hm, camera, radius: float = 0.045) -> np.ndarray:
+    """Nearest can (open side + top cap, as the scene builds them) per pixel-centre ray; -1 elsewhere."""
+    o, d = pixel_rays(camera)
+    rows, cols = len(hm), len(hm[0])
+    best, ids = np.full(len(d), np.inf), np.full(len(d), -1, dtype=np.int32)
+    for i, row in enumerate(hm):
+        for j, h in enumerate(row):
+            for k in range(h):
+                c = block_center(i, j, k, rows, cols)
+                z0, z1 = c[2] - 0.05, c[2] + 0.05
+                px, py = o[0] - c[0], o[1] - c[1]
+                a = d[:, 0] ** 2 + d[:, 1] ** 2
+                b = 2 * (d[:, 0] * px + d[:, 1] * py)
+                disc = b * b - 4 * a * (px * px + py * py - radius * radius)
+                with np.errstate(invalid="ignore"):
+                    t_side = (-b - np.sqrt(disc)) / (2 * a)
+                z_side = o[2] + t_side * d[:, 2]
+                side = (disc >= 0) & (t_side > 0) & (z_side >= z0) & (z_side <= z1)
+                t_cap = (z1 - o[2]) / d[:, 2]
+                cap = (t_cap > 0) & ((px + t_cap * d[:, 0]) ** 2 + (py + t_cap * d[:, 1]) ** 2 <= radius * radius)
+                t = np.minimum(np.where(side, t_side, np.inf), np.where(cap, t_cap, np.inf))
+                closer = t < best
+                best[closer], ids[closer] = t[closer], block_id(i, j, k, cols)
+    return ids.reshape(camera.resolution, camera.resolution)
+
+
+@pytest.mark.parametrize("leaf", [LEAF_VIEWS[0], LEAF_VIEWS[7], LEAF_VIEWS[10]], ids=lambda v: v.relpath)
+def test_can_id_pass_matches_an_analytic_cylinder_caster(renderer, leaf) -> None:
+    spec = _spec(STAIRS, leaf, object_type="can")
+    ids, ref = renderer.render_ids(spec), _cast_cans(STAIRS, spec.camera)
+    assert visible_set(ids, 4) == visible_set(ref, 4)
+    can = (ids >= 0) | (ref >= 0)
+    assert (ids[can] == ref[can]).mean() >= 0.999
 
 
 def test_unknown_object_type_environment_and_height_are_clear_errors(scalar) -> None:
