@@ -180,8 +180,8 @@ def floor_texture(kind: str, base: RGB, rng: np.random.Generator, size: int = FL
     if kind == "planks":
         tex = _planks(rng, size, b)
     elif kind == "concrete":
-        n = 0.6 * value_noise(rng, size, 8) + 0.3 * value_noise(rng, size, 32) + 0.1 * value_noise(rng, size, 128)
-        tex = b[None, None, :] * (0.85 + 0.3 * n)[..., None]
+        n = 0.25 * value_noise(rng, size, 8) + 0.35 * value_noise(rng, size, 64) + 0.4 * value_noise(rng, size, 256)
+        tex = b[None, None, :] * (0.9 + 0.2 * n)[..., None]
     elif kind == "tiles":
         n_tiles, grout = 4, max(2, size // 128)
         idx = np.arange(size)
