@@ -18,7 +18,8 @@ import numpy as np
 from data_gen.camera import APERTURE_MM, BLOCK_SIZE, Camera, block_center
 from data_gen.raycast import block_id
 from data_gen.render import materials
-from data_gen.render.base import OBJECT_TYPES, SceneSpec
+from data_gen.render.base import SceneSpec
+from data_gen.render.mitsuba_backend import check_spec
 
 WORLD = "/World"
 BLOCKS_ROOT = "/World/Blocks"
@@ -30,7 +31,6 @@ CLIPPING_RANGE = (0.05, 50000.0)
 SEMANTIC_LABEL = "block"
 CAN_RADIUS = 0.045
 RT_SUBFRAMES = 32
-MAX_HEIGHT = 4
 GROUND_HALF_M = 40.0
 
 
@@ -123,17 +123,8 @@ def _objects(spec: SceneSpec, rows: int, cols: int) -> tuple[ObjectPrim, ...]:
 
 def build_stage_spec(spec: SceneSpec, environment_usd: str | None = None) -> StageSpec:
     """The stage for one view; errors name the bad field and list what would be right."""
-    if spec.object_type not in OBJECT_TYPES:
-        raise ValueError(f"unknown object_type {spec.object_type!r}; valid: {', '.join(OBJECT_TYPES)}")
+    rows, cols = check_spec(spec)  # the same checks as the Mitsuba backend (pure; no Mitsuba import)
     env = materials.get_environment(spec.environment)
-    hm = spec.height_map
-    rows, cols = len(hm), len(hm[0]) if hm else 0
-    if rows == 0 or cols == 0 or any(len(r) != cols for r in hm):
-        raise ValueError("height_map must be a non-empty rectangular grid")
-    for i, row in enumerate(hm):
-        for j, h in enumerate(row):
-            if not 0 <= int(h) <= MAX_HEIGHT:
-                raise ValueError(f"height_map[{i}][{j}] = {h!r}; must be an integer in 0..{MAX_HEIGHT}")
     n_mat = materials.PALETTE_SIZE if spec.object_type == "cube" else 4
     stem = "wood" if spec.object_type == "cube" else "label"
     return StageSpec(
