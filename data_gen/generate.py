@@ -151,8 +151,10 @@ def make_renderer(cfg: GenConfig) -> Any:
         return None
     from data_gen.render import get_renderer
 
+    # Several worker processes each get one render thread, so they do not oversubscribe the cores.
+    options = {"threads": 1} if cfg.renderer == "mitsuba" and cfg.workers > 1 else {}
     try:
-        return get_renderer(cfg.renderer)
+        return get_renderer(cfg.renderer, **options)
     except ImportError as exc:
         extra = "isaacsim" if cfg.renderer == "isaacsim" else "render"
         raise GenerationError(f"--renderer {cfg.renderer} is unavailable ({exc}); install it with: "

@@ -1,0 +1,86 @@
+"""`spatialiq demo`: the whole pipeline end to end on the CPU, small enough for a laptop.
+
+Generate rendered cube scenes (train and benchmark splits), write SFT-CoT traces, run the
+two-phase DAPO-tight recipe on the offline tiny Qwen2.5-VL, sample the trained checkpoint on
+the benchmark split, score it and write the report. Every step is one of the ordinary
+``spatialiq`` commands, run in-process in order; each of them resumes, so rerunning the demo
+after an interruption continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from pathlib import Path
+
+import typer
+
+log = logging.getLogger(__name__)
+
+
+def demo_steps(
+    out: Path, structures: int, benchmark_structures: int, renderer: str, resolution: int, seed: int, k: int,
+    max_new_tokens: int, recipe: Path,
+) -> list[list[str]]:
+    """The demo's commands, as argument lists for the ``spatialiq`` app (pure; tested)."""
+    train, bench = out / "data-train", out / "data-benchmark"
+    traces, run, evals = out / "traces", out / "run", out / "eval"
+    common = ["--seed", str(seed), "--renderer", renderer, "--resolution", str(resolution)]
+    return [
+        ["gen", "--out", str(train), "--structures", str(structures), "--split", "train", *common],
+        ["gen", "--out", str(bench), "--structures", str(benchmark_structures), "--split", "benchmark", *common],
+        ["check-splits", str(train), str(bench)],
+        ["traces", "--data", str(train), "--out", str(traces), "--kind", "cot"],
+        ["run", "dapo-tight", "--recipe", str(recipe), "--out", str(run),
+         f"data.traces_dir={traces}", f"data.data_root={train}"],
+        ["eval", "sample", "--model", str(run / "final"), "--data", str(bench),
+         "--out", str(evals / "completions.jsonl"), "--k", str(k), "--max-new-tokens", str(max_new_tokens),
+         "--engine", "transformers"],
+        ["eval", "score", "--completions", str(evals / "completions.jsonl"), "--data", str(bench), "--out", str(evals),
+         "--name", "demo-tiny"],
+        ["eval", "report", "--metrics", str(evals / "metrics_demo-tiny.json"), "--out", str(evals / "report")],
+    ]
+
+
+def demo(
+    out: Path = typer.Option(Path("demo"), "--out", help="Folder for everything the demo writes."),
+    structures: int = typer.Option(40, "--structures", help="Train structures (16 views each)."),
+    benchmark_structures: int = typer.Option(4, "--benchmark-structures", help="Benchmark structures."),
+    renderer: str = typer.Option("mitsuba", "--renderer", help="mitsuba (CPU default) or isaacsim."),
+    resolution: int = typer.Option(
+        128, "--resolution", help="Image side; the tiny model sees 112 px anyway (the benchmark uses 512)."),
+    seed: int = typer.Option(0, "--seed"),
+    k: int = typer.Option(4, "--k", help="Completions per benchmark view."),
+    max_new_tokens: int = typer.Option(48, "--max-new-tokens"),
+    recipe: Path = typer.Option(Path("recipes/tiny_cpu.yaml"), "--recipe", help="Training recipe."),
+) -> None:
+    """Run the whole pipeline on the CPU: generate, traces, DAPO-tight on a tiny model, evaluate, report."""
+    from spatialiq_train.cli import app
+
+    if renderer == "none":
+        typer.echo("--renderer none has no images to train on; use mitsuba", err=True)
+        raise typer.Exit(2)
+    if not recipe.is_file():
+        typer.echo(f"--recipe {recipe}: no such file (run the demo from the repository root)", err=True)
+        raise typer.Exit(2)
+    steps = demo_steps(out, structures, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe)
+    for n, args in enumerate(steps, 1):
+        typer.secho(f"[{n}/{len(steps)}] spatialiq {shlex.join(args)}", bold=True)
+        try:
+            app(args, standalone_mode=False)
+        except SystemExit as exc:  # typer.Exit inside a step
+            if exc.code not in (0, None):
+                raise
+        except Exception as exc:  # click's own exceptions carry the exit code
+            code = getattr(exc, "exit_code", None)
+            if code not in (0, None):
+                typer.echo(f"demo step {n} failed: spatialiq {shlex.join(args)}", err=True)
+                raise typer.Exit(code) from exc
+            if code is None:
+                raise
+    typer.secho(f"Done. Report: {out / 'eval' / 'report' / 'report.md'}", bold=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this area's commands to the root app."""
+    app.command("demo")(demo)

@@ -1,0 +1,51 @@
+"""The demo's pipeline: every step is a valid `spatialiq` command line, in dependency order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+
+from spatialiq_train.cli import app
+from spatialiq_train.cli.demo import demo_steps
+
+
+def _parse(args: list[str]):  # noqa: ANN202 - typer's (vendored) click Context
+    """Resolve and parse one command line without running it (raises a usage error on bad options)."""
+    command = typer.main.get_command(app)
+    ctx = command.make_context("spatialiq", [], resilient_parsing=True)
+    rest = list(args)
+    while hasattr(command, "get_command"):  # a group: descend into the named sub-command
+        name, rest = rest[0], rest[1:]
+        sub = command.get_command(ctx, name)
+        assert sub is not None, f"no command {name!r} in {args}"
+        command = sub
+        if hasattr(command, "get_command"):
+            ctx = command.make_context(name, [], parent=ctx, resilient_parsing=True)
+    return command.make_context(command.name, rest, parent=ctx)
+
+
+def test_every_demo_step_parses(tmp_path: Path) -> None:
+    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
+    names = [ctx.command.name for ctx in map(_parse, steps)]
+    assert names == ["gen", "gen", "check-splits", "traces", "dapo-tight", "sample", "score", "report"]
+
+
+def test_demo_steps_chain_outputs_to_inputs(tmp_path: Path) -> None:
+    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
+    gen_train, gen_bench, _, traces, run, sample, score, report = steps
+    train_dir, bench_dir = gen_train[2], gen_bench[2]
+    assert traces[traces.index("--data") + 1] == train_dir
+    assert f"data.traces_dir={traces[traces.index('--out') + 1]}" in run
+    assert sample[sample.index("--model") + 1] == str(Path(run[run.index("--out") + 1]) / "final")
+    assert sample[sample.index("--data") + 1] == bench_dir == score[score.index("--data") + 1]
+    assert score[score.index("--completions") + 1] == sample[sample.index("--out") + 1]
+    assert report[report.index("--metrics") + 1].endswith("metrics_demo-tiny.json")
+    assert gen_train[gen_train.index("--split") + 1] == "train"
+    assert gen_bench[gen_bench.index("--split") + 1] == "benchmark"
+
+
+def test_parse_rejects_a_misspelled_option() -> None:
+    with pytest.raises(Exception, match="modle"):
+        _parse(["eval", "sample", "--modle", "x"])
