@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from data_gen.splits import SPLITS, partition_of
-from spatialiq_train.io import atomic_write_text, read_json
+from spatialiq_train.io import atomic_write_text, natural_key, read_json
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.tasks import COT_FIELDS, Dialect, build_prompt, fill_cot_template, get_task
 
@@ -42,7 +42,6 @@ SKIPPED_PLAIN_TASKS: tuple[str, ...] = ("task10", "task11")
 """Two-image tasks: the single-image trace pipeline skips them, as the release does."""
 
 _SAMPLE_DIR = re.compile(r"sample_\d+", re.ASCII)
-_NUMBER_RUN = re.compile(r"(\d+)", re.ASCII)
 _INT_FIELDS: tuple[str, ...] = (*REWARD_FIELDS, "task10", "task11")
 
 
@@ -60,11 +59,6 @@ class ViewGT:
     @property
     def image(self) -> str:
         return f"{self.view}/view.png"
-
-
-def natural_key(relpath: str) -> tuple[tuple[int, str | int], ...]:
-    """Sort key for paths with numbers compared as numbers (``sample_99`` before ``sample_100``)."""
-    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in _NUMBER_RUN.split(relpath) if p)
 
 
 def find_gt_files(data_root: Path) -> list[Path]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.camera import LeafView, parse_leaf_dir
-from spatialiq_train.io import read_json, resolve_inside
+from spatialiq_train.io import natural_key, read_json, resolve_inside
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,6 @@ REQUIRED_GT: tuple[str, ...] = (
 )
 """Integer fields every scored scene must have (task10/task11 are read when present)."""
 _VIEW_RE = re.compile(r"^view_(\d+)$")
-_NUM_RE = re.compile(r"(\d+)")
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,6 @@ class Scene:
 
     def partner_image(self, step: int) -> Path:
         return resolve_inside(self.root, self.partner_view(step)) / IMAGE_FILE
-
-
-def _natural_key(path: str) -> list[object]:
-    return [int(p) if p.isdigit() else p for p in _NUM_RE.split(path)]
 
 
 def _check_gt(gt: Any, path: Path) -> dict[str, Any]:
@@ -112,7 +107,7 @@ def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene
         scenes.append(Scene(rel, LeafView(int(m.group(1)), offset, fov, dist), gt, root))
     if not scenes:
         raise FileNotFoundError(f"no view_VV/offsetO_fovF_distD/gt.json below {base}")
-    scenes.sort(key=lambda s: _natural_key(s.view))
+    scenes.sort(key=lambda s: natural_key(s.view))
     return scenes
 
 
@@ -144,5 +139,5 @@ def scenes_from_parquet(data: str | Path, split: str) -> list[Scene]:
                                 image.get("bytes") if isinstance(image, dict) else None))
     if not scenes:
         raise FileNotFoundError(f"no rows in {root / 'data'}/{split}-*.parquet")
-    scenes.sort(key=lambda s: _natural_key(s.view))
+    scenes.sort(key=lambda s: natural_key(s.view))
     return scenes

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
+
+_NUMBER_RUN = re.compile(r"(\d+)", re.ASCII)
+
+
+def natural_key(relpath: str) -> tuple[tuple[int, str | int], ...]:
+    """Sort key for paths with numbers compared as numbers (``sample_99`` before ``sample_100``)."""
+    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in _NUMBER_RUN.split(relpath) if p)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
