@@ -38,6 +38,7 @@ def test_demo_steps_chain_outputs_to_inputs(tmp_path: Path) -> None:
     train_dir, bench_dir = gen_train[2], gen_bench[2]
     assert traces[traces.index("--data") + 1] == train_dir
     assert f"data.traces_dir={traces[traces.index('--out') + 1]}" in run
+    assert traces[traces.index("--kind") + 1] == "plain"
     assert sample[sample.index("--model") + 1] == str(Path(run[run.index("--out") + 1]) / "final")
     assert sample[sample.index("--data") + 1] == bench_dir == score[score.index("--data") + 1]
     assert score[score.index("--completions") + 1] == sample[sample.index("--out") + 1]
@@ -49,3 +50,11 @@ def test_demo_steps_chain_outputs_to_inputs(tmp_path: Path) -> None:
 def test_parse_rejects_a_misspelled_option() -> None:
     with pytest.raises(Exception, match="modle"):
         _parse(["eval", "sample", "--modle", "x"])
+
+
+def test_demo_training_overrides_are_valid_recipe_keys() -> None:
+    from spatialiq_train.cli.demo import DEMO_TRAINING
+    from spatialiq_train.recipes import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "tiny_cpu.yaml", list(DEMO_TRAINING))
+    assert (recipe.sft.max_steps, recipe.rl.max_steps) == (120, 16)
