@@ -19,12 +19,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from data_gen.camera import LEAF_VIEWS  # noqa: E402
 from eval.compare import pairwise_mcnemar  # noqa: E402
 from eval.completions import Completion  # noqa: E402
 from eval.scenes import Scene  # noqa: E402
 from eval.score import collect_predictions, first_sample_table, score_predictions  # noqa: E402
 from spatialiq_train.tasks import fill_cot_template  # noqa: E402
+from spatialiq_train.views import LEAF_VIEWS  # noqa: E402
 
 
 def _letters(n: int) -> str:

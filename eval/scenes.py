@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_gen.camera import LeafView, parse_leaf_dir
 from spatialiq_train.io import natural_key, read_json, resolve_inside
+from spatialiq_train.views import LeafView, parse_leaf_dir
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from data_gen.camera import LEAF_VIEWS
 from eval.completions import Completion, append_completions, load_completions
 from eval.hierarchy import CONVENTIONS, summary_row
 from eval.rawcsv import read_raw_csv, read_raw_dir, write_raw_csv
@@ -20,6 +19,7 @@ from eval.scenes import find_scenes
 from eval.score import collect_predictions, first_sample_table, score_predictions
 from spatialiq_train.cli import app
 from spatialiq_train.tasks import fill_cot_template
+from spatialiq_train.views import LEAF_VIEWS
 
 
 def _gt(rng: np.random.Generator) -> dict[str, object]:
