@@ -58,3 +58,20 @@ def test_demo_training_overrides_are_valid_recipe_keys() -> None:
 
     recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "tiny_cpu.yaml", list(DEMO_TRAINING))
     assert (recipe.sft.max_steps, recipe.rl.max_steps) == (120, 16)
+
+
+def test_demo_stops_at_the_first_failing_step(tmp_path: Path, monkeypatch) -> None:
+    """A step that exits non-zero (here check-splits on a missing folder) stops the demo with its code."""
+    from typer.testing import CliRunner
+
+    import spatialiq_train.cli.demo as demo_mod
+
+    def steps(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        return [["check-splits", str(tmp_path / "missing")], ["recipes", "validate", "recipes/tiny_cpu.yaml"]]
+
+    monkeypatch.setattr(demo_mod, "demo_steps", steps)
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")])
+    assert result.exit_code != 0
+    assert "demo step 1 failed" in result.output
+    assert "ok: recipes/tiny_cpu.yaml" not in result.output

@@ -82,17 +82,15 @@ def demo(
     for n, args in enumerate(steps, 1):
         typer.secho(f"[{n}/{len(steps)}] spatialiq {shlex.join(args)}", bold=True)
         try:
-            app(args, standalone_mode=False)
-        except SystemExit as exc:  # typer.Exit inside a step
-            if exc.code not in (0, None):
+            rc = app(args, standalone_mode=False)  # returns a typer.Exit's code instead of raising it
+        except Exception as exc:  # click usage errors carry their exit code
+            rc = getattr(exc, "exit_code", None)
+            if rc is None:
                 raise
-        except Exception as exc:  # click's own exceptions carry the exit code
-            code = getattr(exc, "exit_code", None)
-            if code not in (0, None):
-                typer.echo(f"demo step {n} failed: spatialiq {shlex.join(args)}", err=True)
-                raise typer.Exit(code) from exc
-            if code is None:
-                raise
+            typer.echo(str(exc), err=True)
+        if rc not in (0, None):
+            typer.echo(f"demo step {n} failed (exit {rc}): spatialiq {shlex.join(args)}", err=True)
+            raise typer.Exit(rc)
     typer.secho(f"Done. Report: {out / 'eval' / 'report' / 'report.md'}", bold=True)
 
 
