@@ -64,8 +64,26 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def generate_kwargs(config: SamplingConfig, n: int) -> dict[str, Any]:
+    """``model.generate`` decoding arguments for ``n`` completions; temperature 0 means greedy, as in vLLM.
+
+    Sampling: ``top_k=0`` and ``repetition_penalty=1.0`` override a checkpoint's generation_config
+    (Qwen2.5-VL ships top_k=1, repetition_penalty=1.05), so the recipe is plain temperature/top-p
+    sampling. Greedy: ``do_sample=False`` without temperature/top_p/top_k (transformers rejects
+    ``temperature=0`` with sampling) and one sequence, since greedy decoding cannot return several.
+    """
+    common: dict[str, Any] = {"repetition_penalty": 1.0, "max_new_tokens": config.max_new_tokens}
+    if config.temperature > 0:
+        return {**common, "do_sample": True, "temperature": config.temperature, "top_p": config.top_p, "top_k": 0,
+                "num_return_sequences": n}
+    return {**common, "do_sample": False, "num_return_sequences": 1}
+
+
 class TransformersEngine:
-    """CPU (or single-GPU) sampling with ``generate(do_sample=True, num_return_sequences=n)``."""
+    """CPU (or single-GPU) sampling with ``generate(do_sample=True, num_return_sequences=n)``.
+
+    At temperature 0 it decodes greedily once and repeats that completion for every requested sample.
+    """
 
     def __init__(self, model_path: str | Path, device: str = "cpu", dtype: str = "auto") -> None:
         import torch
@@ -86,16 +104,14 @@ class TransformersEngine:
             images = _images(req)
             inputs = self.processor(text=[text], images=images or None, return_tensors="pt").to(self.device)
             torch.manual_seed(req.seed)
+            kwargs = generate_kwargs(config, len(req.samples))
             with torch.no_grad():
-                # top_k=0 and repetition_penalty=1.0 override a checkpoint's generation_config (Qwen2.5-VL
-                # ships top_k=1, repetition_penalty=1.05), so the recipe is plain temperature/top-p sampling.
-                out = self.model.generate(
-                    **inputs, do_sample=True, temperature=config.temperature, top_p=config.top_p, top_k=0,
-                    repetition_penalty=1.0, max_new_tokens=config.max_new_tokens,
-                    num_return_sequences=len(req.samples),
-                )
+                out = self.model.generate(**inputs, **kwargs)
             new_tokens = out[:, inputs["input_ids"].shape[1]:]
-            outputs.append(self.processor.batch_decode(new_tokens, skip_special_tokens=True))
+            texts = self.processor.batch_decode(new_tokens, skip_special_tokens=True)
+            if not kwargs["do_sample"]:
+                texts = texts[:1] * len(req.samples)
+            outputs.append(texts)
         return outputs
 
 

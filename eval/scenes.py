@@ -78,8 +78,28 @@ def _check_gt(gt: Any, path: Path) -> dict[str, Any]:
     return gt
 
 
+SPLIT_DIRS: tuple[str, ...] = ("train", "benchmark")
+"""Split folders of our generated layout; a root holding none of them is the released (split-less) layout."""
+
+
+def _split_base(root: Path, split: str | None) -> Path:
+    """``root/split`` when it exists; ``root`` only when it holds no split folder at all; else an error."""
+    if not split or (root / split).is_dir():
+        return root / split if split else root
+    present = [name for name in SPLIT_DIRS if (root / name).is_dir()]
+    if present:
+        raise FileNotFoundError(
+            f"split folder {root / split} does not exist; {root} holds split folder(s) {', '.join(present)} "
+            f"(pass --split with one of them, or a data root without split folders)"
+        )
+    return root
+
+
 def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene]:
-    """Every leaf view with a gt.json under ``data/split`` (or ``data`` when that folder is absent), sorted.
+    """Every leaf view with a gt.json under ``data/split``, sorted.
+
+    ``data`` itself is read only when it holds none of the split folders (:data:`SPLIT_DIRS`), as in
+    the released layout; a missing ``split`` beside another split folder raises FileNotFoundError.
 
     Keys stay relative to ``data``. A malformed gt.json raises a ValueError naming the file and line.
     When there is no per-view folder at all but ``data/data/<split>-*.parquet`` shards exist, the
@@ -88,9 +108,9 @@ def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene
     root = Path(data)
     if not root.is_dir():
         raise FileNotFoundError(f"data folder {root} does not exist")
-    base = root / split if split and (root / split).is_dir() else root
-    if not (root / split if split else root).is_dir() and split and sorted((root / "data").glob(f"{split}-*.parquet")):
+    if split and not (root / split).is_dir() and sorted((root / "data").glob(f"{split}-*.parquet")):
         return scenes_from_parquet(root, split)
+    base = _split_base(root, split)
     scenes: list[Scene] = []
     for gt_path in base.rglob(GT_FILE):
         leaf_dir, view_dir = gt_path.parent, gt_path.parent.parent

@@ -99,6 +99,16 @@ def test_released_layout_any_prefix(tmp_path: Path) -> None:
     assert scenes[0].view.startswith("eval_set/data_20260403_170859/level_1/sample_00001/view_01/")
 
 
+def test_missing_split_beside_another_split_raises(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "data", structures=1, prefix="train/level_1")
+    with pytest.raises(FileNotFoundError, match=r"benchmark does not exist.*holds split folder\(s\) train"):
+        find_scenes(root, "benchmark")
+    assert len(find_scenes(root, "train")) == 16
+    assert all(s.view.startswith("train/") for s in find_scenes(root, "train"))
+    released = make_dataset(tmp_path / "rel", structures=1, prefix="eval_set/data_1/level_1")
+    assert len(find_scenes(released, "benchmark")) == 16  # no split folder at all: the root is read
+
+
 def test_malformed_gt_names_file_line_and_key(dataset: Path) -> None:
     bad = next((dataset / "benchmark").rglob("gt.json"))
     bad.write_text('{\n"task_main": 3,\n"task2": }')
@@ -283,6 +293,58 @@ def test_vllm_engine_fails_clearly_when_absent(tmp_path: Path) -> None:
         VLLMEngine(tmp_path)
 
 
+class _FakeInputs(dict):
+    def to(self, device: str) -> _FakeInputs:
+        return self
+
+
+class _FakeProcessor:
+    def apply_chat_template(self, messages: object, tokenize: bool, add_generation_prompt: bool) -> str:
+        return "prompt"
+
+    def __call__(self, text: list[str], images: object, return_tensors: str) -> _FakeInputs:
+        import torch
+
+        return _FakeInputs(input_ids=torch.zeros((1, 3), dtype=torch.long))
+
+    def batch_decode(self, tokens: object, skip_special_tokens: bool) -> list[str]:
+        return [f"seq{i}" for i in range(len(tokens))]  # type: ignore[arg-type]
+
+
+class _FakeModel:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, object]] = []
+
+    def generate(self, **kwargs: object) -> object:
+        import torch
+
+        self.calls.append(kwargs)
+        if kwargs["do_sample"] and kwargs.get("temperature", 1.0) == 0:
+            raise ValueError("temperature has to be a strictly positive float")  # what transformers does
+        if not kwargs["do_sample"] and kwargs["num_return_sequences"] != 1:
+            raise ValueError("greedy decoding returns one sequence")
+        return torch.zeros((int(kwargs["num_return_sequences"]), 5), dtype=torch.long)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_transformers_engine_greedy_at_temperature_zero(dataset: Path, temperature: float) -> None:
+    pytest.importorskip("torch")
+    from eval.engines import TransformersEngine
+
+    engine = TransformersEngine.__new__(TransformersEngine)
+    engine.device, engine.processor, engine.model = "cpu", _FakeProcessor(), _FakeModel()
+    req = Request("v", "task_main", "p", None, (), (0, 1, 2), 5)
+    texts = engine.generate([req], SamplingConfig(k=3, temperature=temperature, top_p=0.9))
+    kwargs = engine.model.calls[0]
+    if temperature == 0:
+        assert kwargs["do_sample"] is False and not {"temperature", "top_p", "top_k"} & kwargs.keys()
+        assert texts == [["seq0", "seq0", "seq0"]]
+    else:
+        assert kwargs["do_sample"] is True and kwargs["temperature"] == 0.7 and kwargs["top_p"] == 0.9
+        assert kwargs["top_k"] == 0 and kwargs["num_return_sequences"] == 3
+        assert texts == [["seq0", "seq1", "seq2"]]
+
+
 @pytest.mark.slow
 def test_transformers_engine_samples_from_tiny_model(tmp_path: Path) -> None:
     pytest.importorskip("torch")
@@ -304,6 +366,9 @@ def test_transformers_engine_samples_from_tiny_model(tmp_path: Path) -> None:
     records = load_completions(out)
     assert sorted(records) == [(scenes[0].view, "task_main", 0), (scenes[0].view, "task_main", 1)]
     assert all(isinstance(r.text, str) for r in records.values())
+    greedy = tmp_path / "greedy.jsonl"  # temperature 0 is greedy decoding, as in vLLM (no ValueError)
+    assert run_sampling(scenes, engine, SamplingConfig(k=2, temperature=0.0, max_new_tokens=4), greedy).written == 2
+    assert len({r.text for r in load_completions(greedy).values()}) == 1
     cfg2 = SamplingConfig(mode="independent", k=2, max_new_tokens=4, tasks=["task10"])
     for s in find_scenes(data):  # partner images exist for every view of the structure
         assert s.partner_image(1).is_file()
