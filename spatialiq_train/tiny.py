@@ -8,6 +8,7 @@ safetensors. See ../shared/docs/notes/cpu-feasibility.md section 2 for the recip
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -192,12 +193,19 @@ def build_model(tokenizer: Any, seed: int = 0, dtype: Any = None, device: str | 
 def save_tiny(out_dir: str | Path, seed: int = 0) -> Path:
     """Build tokenizer, processor and model and save all three (safetensors) under `out_dir`."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     processor = build_processor(tokenizer)
     model = build_model(tokenizer, seed=seed)
-    model.save_pretrained(str(out), safe_serialization=True)
-    processor.save_pretrained(str(out))
+    # Save beside the target, then rename: an interrupted build never leaves a half-written model folder.
+    partial = out.with_name(out.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    model.save_pretrained(str(partial), safe_serialization=True)
+    processor.save_pretrained(str(partial))
+    if out.exists():
+        shutil.rmtree(out)
+    partial.rename(out)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("tiny Qwen2.5-VL (%d parameters) saved to %s", n_params, out)
     return out
