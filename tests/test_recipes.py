@@ -121,3 +121,16 @@ def test_cli_validate_exit_codes(tmp_path: Path) -> None:
     assert missing.exit_code != 0
     shown = runner.invoke(app, ["recipes", "show", str(RECIPES / "tiny_cpu.yaml"), "rl.beta=0.125"])
     assert shown.exit_code == 0 and "beta: 0.125" in shown.output
+
+
+def test_cli_validate_checks_reward_names_against_the_registry(tmp_path: Path) -> None:
+    from spatialiq_train.cli import app
+
+    runner = CliRunner()
+    ok = runner.invoke(app, ["recipes", "validate", str(RECIPES / "tiny_cpu.yaml"),
+                             "--set", "reward.weights={format: 0.2, exact_match: 0.8}"])
+    assert ok.exit_code == 0, ok.output
+    res = runner.invoke(app, ["recipes", "validate", str(RECIPES / "tiny_cpu.yaml"),
+                              "--set", "reward.weights={formatt: 1.0}"])
+    assert res.exit_code != 0
+    assert "reward.weights.formatt" in res.output and "integer_distance" in res.output

@@ -15,11 +15,25 @@ RECIPE = typer.Option(..., "--recipe", "-r", help="Recipe YAML (recipes/*.yaml).
 OUT = typer.Option(None, "--out", "-o", help="Output folder (default: the recipe's run.output_dir).")
 
 
-def _load(recipe: Path, overrides: list[str] | None):  # noqa: ANN202
+def load_checked(recipe: Path, overrides: list[str] | None = None):  # noqa: ANN201
+    """Load a recipe and check what the core cannot: every reward name it uses exists in reward.registry."""
+    from reward.registry import get_reward
     from spatialiq_train.recipes import RecipeError, load_recipe
 
+    rec = load_recipe(recipe, list(overrides or []))
+    for name in rec.reward.weights:
+        try:
+            get_reward(name)
+        except ValueError as exc:
+            raise RecipeError(f"{recipe}: reward.weights.{name}: {exc}") from None
+    return rec
+
+
+def _load(recipe: Path, overrides: list[str] | None):  # noqa: ANN202
+    from spatialiq_train.recipes import RecipeError
+
     try:
-        return load_recipe(recipe, list(overrides or []))
+        return load_checked(recipe, overrides)
     except RecipeError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -63,12 +77,12 @@ def validate_cmd(
     overrides: list[str] | None = typer.Option(None, "--set", help="Override KEY.PATH=VALUE (repeatable)."),
 ) -> None:
     """Validate recipes; exits non-zero when any is invalid."""
-    from spatialiq_train.recipes import RecipeError, load_recipe
+    from spatialiq_train.recipes import RecipeError
 
     bad = 0
     for f in files:
         try:
-            load_recipe(f, list(overrides or []))
+            load_checked(f, overrides)
             typer.echo(f"ok: {f}")
         except RecipeError as exc:
             bad += 1
