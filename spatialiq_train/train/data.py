@@ -13,16 +13,16 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
+from data_gen.traces import REWARD_FIELDS
 from spatialiq_train.io import resolve_inside
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["sft", "rl"]
-GT_COLUMNS: tuple[str, ...] = (
-    "task2", "task3", "task4", "task5", "task6", "task7", "task8", "task9", "num_hidden_blocks", "task_main",
-)
+GT_COLUMNS: tuple[str, ...] = REWARD_FIELDS
 """Ground-truth fields carried into the RL dataset, beside `answer`, `task_id` and `structure_id`, when the trace
-has them; reward functions receive every column as a keyword argument (e.g. the stepwise reward)."""
+has them (the fields the trace writer copies onto every record); reward functions receive every column as a
+keyword argument (e.g. the stepwise reward)."""
 
 
 class TraceError(ValueError):
