@@ -46,12 +46,12 @@ def answer_span(text: str) -> str | None:
     common path scans the text before the tags once, for the tail ``answer>`` both tags share.
     """
     first = text.find(_TAG_TAIL)
-    if first < 1:
+    if first < 0:
         return None
-    if text[first - 1] == "<":  # the first tag is an opening one, so no closing tag precedes it
+    if first >= 1 and text[first - 1] == "<":  # the first tag is an opening one, so no closing tag precedes it
         start = first - 1
-    else:  # the first tail belongs to a closing tag (invalid) or to neither tag (rare)
-        if text[first - 2 : first] == "</":
+    else:  # the first tail belongs to a closing tag (invalid) or to neither tag (rare, e.g. text starting "answer>")
+        if first >= 2 and text[first - 2 : first] == "</":
             return None
         start = text.find(ANSWER_OPEN, first)
         if start < 0 or text.find(ANSWER_CLOSE, 0, start) >= 0:

@@ -191,6 +191,31 @@ def test_format_matches_a_reference_definition(text: str) -> None:
     assert score("format", text) == (1.0 if reference else 0.0)
 
 
+def _reference_span(text: str) -> str | None:
+    """docs/rewards.md's rule, written the obvious way: one <answer>, one </answer>, opening first."""
+    if text.count("<answer>") != 1 or text.count("</answer>") != 1:
+        return None
+    start, end = text.index("<answer>"), text.index("</answer>")
+    return text[start + len("<answer>"):end] if start < end else None
+
+
+_TAG_PIECES = st.sampled_from(["<answer>", "</answer>", "answer>", "<", "/", "</", "a", "5", " ", "<answer", "nswer>"])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.lists(_TAG_PIECES, max_size=12).map("".join))
+def test_answer_span_matches_the_documented_rule_on_tag_fragments(text: str) -> None:
+    assert rf.answer_span(text) == _reference_span(text)
+    assert score("format", text) == (0.0 if _reference_span(text) is None else 1.0)
+
+
+@pytest.mark.parametrize("text", ["answer> then <answer>5</answer>", "answer><answer>5</answer>",
+                                  "/answer><answer>5</answer>", "xanswer> <answer>5</answer> tail answer>"])
+def test_stray_tag_tail_before_the_pair_is_not_a_tag(text: str) -> None:
+    assert score("format", text) == 1.0
+    assert score("integer_distance", text, 5) == 1.0
+
+
 @settings(max_examples=300, deadline=None)
 @given(y_hat=st.integers(-(10**17), 10**17), y=st.integers(-(10**6), 10**6), pad=st.sampled_from(["", " ", "\n\t"]))
 def test_integer_distance_matches_formula(y_hat: int, y: int, pad: str) -> None:
