@@ -150,6 +150,16 @@ def test_overlong_penalty_values() -> None:
 # --- errors are counted, configuration mistakes raise ----------------------------------------------
 
 
+def test_overlong_equals_trls_soft_overlong_punishment() -> None:
+    trl_rewards = pytest.importorskip("trl.rewards")
+    ours = get_reward("overlong", max_len=100, cache=20)
+    theirs = trl_rewards.get_soft_overlong_punishment(100, 20)
+    ids = [[1] * n for n in (0, 50, 80, 81, 90, 99, 100, 101, 400)]
+    expected = theirs(completion_ids=ids)
+    assert ours(["x"] * len(ids), answer=[1] * len(ids), completion_ids=ids) == pytest.approx(expected, abs=1e-12)
+    assert expected[4] == pytest.approx(-0.5) and expected[-1] == -1.0
+
+
 def test_sample_errors_score_zero_and_are_counted() -> None:
     fn = get_reward("default")
     assert fn([None, "<answer>3</answer>", "<answer>3</answer>"], answer=[3, "x", True]) == [0.0, 0.1, 0.1]
