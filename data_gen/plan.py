@@ -93,12 +93,30 @@ def load_or_make(out: Path, seed: int, split: str, n: int, map_fn: MapFn = map,
     path = out / PLAN_FILE
     if path.exists():
         data = read_json(path)
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object with keys seed, split, structures, entries")
         if (data.get("seed"), data.get("split"), data.get("structures")) != (seed, split, n):
             raise ValueError(f"{path} belongs to another run (seed {data.get('seed')}, split {data.get('split')}, "
                              f"{data.get('structures')} structures); use a new output directory")
-        entries = data["entries"]
+        entries = _entries(data, path, n)
     else:
         entries = [list(e) for e in accepted(seed, split, n, map_fn, tick, width)]
         body = ",\n".join(json.dumps(e) for e in entries)
         atomic_write_text(path, f'{{"seed": {seed}, "split": "{split}", "structures": {n}, "entries": [\n{body}\n]}}\n')
     return [PlannedStructure(i + 1, int(index), str(sid)) for i, (index, sid) in enumerate(entries)]
+
+
+def _entries(data: dict, path: Path, n: int) -> list:
+    """The plan's ``entries``: ``n`` pairs [candidate index, structure id]; errors name the file and the key."""
+    if "entries" not in data:
+        raise ValueError(f"{path}: key 'entries' missing; delete the file to recompute the plan")
+    entries = data["entries"]
+    if not isinstance(entries, list) or len(entries) != n:
+        size = len(entries) if isinstance(entries, list) else type(entries).__name__
+        raise ValueError(f"{path}: key 'entries' must list {n} [index, structure_id] pairs, got {size}; "
+                         "delete the file to recompute the plan")
+    for row, entry in enumerate(entries):
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int)
+                and isinstance(entry[1], str)):
+            raise ValueError(f"{path}: entries[{row}] must be [candidate index, structure id], got {entry!r}")
+    return entries

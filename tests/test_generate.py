@@ -365,3 +365,142 @@ def test_mitsuba_end_to_end_small(tmp_path: Path) -> None:
         assert img.size == (32, 32) and img.mode == "RGB"
     gts = [layout.read_gt(p.parent) for p in pngs]
     assert all(g["object_type"] == "can" and g["task5"] == len(g["visible_blocks"]) > 0 for g in gts)
+
+
+class VariantRenderer(FakeRenderer):
+    """A fake Mitsuba renderer that reports the variant it resolved."""
+
+    name = "mitsuba"
+
+    def __init__(self, variant: str) -> None:
+        super().__init__()
+        self.variant = variant
+
+
+def test_render_backend_is_recorded_and_a_different_variant_is_refused(tmp_path: Path) -> None:
+    shard0 = cfg(tmp_path, structures=2, num_shards=2, shard=0, renderer="mitsuba")
+    run(shard0, renderer=VariantRenderer("llvm_ad_rgb"), progress=False)
+    recorded = json.loads((tmp_path / "gen_config.json").read_text())["render_backend"]
+    assert recorded["renderer"] == "mitsuba" and recorded["variant"] == "llvm_ad_rgb"
+    done = json.loads((tmp_path / "shards/train-00000-of-00002.done.json").read_text())
+    assert done["render_backend"] == recorded
+    shard1 = cfg(tmp_path, structures=2, num_shards=2, shard=1, renderer="mitsuba")
+    with pytest.raises(GenerationError, match="rendered with llvm_ad_rgb; this machine resolves scalar_rgb; "
+                                              "pass --render-variant llvm_ad_rgb or use another --out"):
+        run(shard1, renderer=VariantRenderer("scalar_rgb"), progress=False)
+    assert not (tmp_path / "shards/train-00001-of-00002.done.json").exists()
+    run(shard1, renderer=VariantRenderer("llvm_ad_rgb"), progress=False)
+    manifest = generate.merge(tmp_path)
+    assert manifest["arguments"]["render_backend"] == recorded
+
+
+def test_merge_refuses_a_shard_rendered_with_another_backend(tmp_path: Path) -> None:
+    run(cfg(tmp_path, structures=2, num_shards=2, renderer="mitsuba"), renderer=VariantRenderer("cuda_ad_rgb"),
+        progress=False)
+    done = tmp_path / "shards/train-00001-of-00002.done.json"
+    record = json.loads(done.read_text())
+    record["render_backend"]["variant"] = "scalar_rgb"  # as a Slurm task racing on another node would write
+    done.write_text(json.dumps(record))
+    with pytest.raises(GenerationError, match=r"train-00001-of-00002\.done\.json: this dataset was rendered with "
+                                              r"cuda_ad_rgb; this machine resolves scalar_rgb"):
+        generate.merge(tmp_path)
+
+
+def test_plan_only_records_no_backend_and_the_first_rendering_run_does(tmp_path: Path) -> None:
+    run(cfg(tmp_path, structures=1, renderer="mitsuba"), progress=False, plan_only=True)
+    assert "render_backend" not in json.loads((tmp_path / "gen_config.json").read_text())
+    run(cfg(tmp_path, structures=1, renderer="mitsuba"), renderer=VariantRenderer("scalar_rgb"), progress=False)
+    assert json.loads((tmp_path / "gen_config.json").read_text())["render_backend"]["variant"] == "scalar_rgb"
+
+
+def test_render_variant_reaches_the_mitsuba_renderer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import data_gen.render
+
+    seen: list[dict[str, object]] = []
+
+    def fake_get_renderer(name: str, **options: object) -> VariantRenderer:
+        seen.append({"name": name, **options})
+        return VariantRenderer(str(options["variant"]))
+
+    monkeypatch.setattr(data_gen.render, "get_renderer", fake_get_renderer)
+    run(cfg(tmp_path, structures=1, renderer="mitsuba", render_variant="scalar_rgb"), progress=False)
+    assert seen == [{"name": "mitsuba", "variant": "scalar_rgb"}]
+    assert json.loads((tmp_path / "gen_config.json").read_text())["render_backend"]["variant"] == "scalar_rgb"
+
+
+def test_render_variant_needs_the_mitsuba_renderer(tmp_path: Path) -> None:
+    base = ["gen", "--out", str(tmp_path / "o"), "--structures", "1", "--seed", "1", "--split", "train"]
+    result = CliRunner().invoke(app, [*base, "--render-variant", "llvm_ad_rgb"])
+    assert result.exit_code == 2 and "(--render-variant) 'llvm_ad_rgb' is a Mitsuba variant" in (
+        result.output)
+    result = CliRunner().invoke(app, [*base, "--renderer", "mitsuba", "--render-variant", "metal"])
+    assert result.exit_code == 2 and "--render-variant: Input should be 'auto'" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_parent_builds_a_renderer_only_when_it_renders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[int] = []
+    handed: list[object] = []
+    monkeypatch.setattr(generate, "make_renderer", lambda c: built.append(c.workers) or VariantRenderer("scalar_rgb"))
+    monkeypatch.setattr(generate, "_resolve_variant", lambda c: "llvm_ad_rgb")
+    monkeypatch.setattr(generate, "generate_shards", lambda c, todo, renderer, progress, backend: handed.append(
+        (renderer, c.render_variant, backend["variant"])))
+    with pytest.raises(GenerationError, match="not complete"):  # the shards were not written: merge refuses
+        run(cfg(tmp_path / "many", structures=1, renderer="mitsuba", workers=2), progress=False)
+    assert built == [] and handed == [(None, "llvm_ad_rgb", "llvm_ad_rgb")]  # workers get the resolved variant
+    with pytest.raises(GenerationError, match="not complete"):
+        run(cfg(tmp_path / "one", structures=1, renderer="mitsuba"), progress=False)
+    assert built == [1] and isinstance(handed[1][0], VariantRenderer)
+
+
+def test_missing_dependency_fails_fast_with_several_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(generate, "_importable", lambda module: False)
+    with pytest.raises(GenerationError, match=r"--renderer isaacsim is unavailable .*pip install -e '\.\[isaacsim\]'"):
+        run(cfg(tmp_path, structures=1, renderer="isaacsim", workers=2), progress=False)
+    assert not tmp_path.joinpath("gen_config.json").exists()
+
+
+def test_planning_workers_build_no_renderer(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(c: GenConfig) -> None:
+        raise AssertionError("a planning worker built a renderer")
+
+    monkeypatch.setattr(generate, "make_renderer", boom)
+    c = cfg(Path("x"), renderer="mitsuba", workers=2)
+    generate._init_worker(c.model_dump_json(), False)
+    assert generate._STATE["renderer"] is None and generate._STATE["cfg"] == c
+    with pytest.raises(AssertionError, match="planning worker"):
+        generate._init_worker(c.model_dump_json(), True)
+
+
+@pytest.mark.parametrize(("target", "key"), [("gen_config.json", "split"),
+                                             ("shards/train-00000-of-00001.done.json", "sha256")])
+def test_merge_names_the_file_and_the_missing_key(tmp_path: Path, truth: types.ModuleType, target: str,
+                                                  key: str) -> None:
+    run(cfg(tmp_path, structures=1), progress=False)
+    data = json.loads((tmp_path / target).read_text())
+    del data[key]
+    (tmp_path / target).write_text(json.dumps(data))
+    with pytest.raises(GenerationError, match=rf"{target.split('/')[-1]}: key '{key}' missing"):
+        generate.merge(tmp_path)
+
+
+def test_plan_file_without_entries_names_the_file_and_key(tmp_path: Path) -> None:
+    plan.load_or_make(tmp_path, 7, "train", 2)
+    path = tmp_path / plan.PLAN_FILE
+    data = json.loads(path.read_text())
+    data["entries"] = data["entries"][:1]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"plan\.json: key 'entries' must list 2 .*got 1"):
+        plan.load_or_make(tmp_path, 7, "train", 2)
+    del data["entries"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"plan\.json: key 'entries' missing"):
+        plan.load_or_make(tmp_path, 7, "train", 2)
+
+
+def test_shard_record_counts_every_partition_kind(tmp_path: Path, truth: types.ModuleType) -> None:
+    run(cfg(tmp_path, structures=3), progress=False)
+    record = json.loads((tmp_path / "shards/train-00000-of-00001.done.json").read_text())
+    assert set(record["partitions"]) == set(splits.PARTITIONS)
+    assert all(sum(sides.values()) == 3 for sides in record["partitions"].values())
+    assert generate.VIEWS_PER_STRUCTURE == len(LEAF_VIEWS) and record["views"] == 3 * len(LEAF_VIEWS)

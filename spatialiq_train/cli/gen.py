@@ -9,7 +9,7 @@ import typer
 
 _FLAGS = {"out": "--out", "structures": "--structures", "seed": "--seed", "split": "--split", "workers": "--workers",
           "renderer": "--renderer", "object_type": "--object-type", "shard": "--shard", "num_shards": "--num-shards",
-          "resolution": "--resolution"}
+          "resolution": "--resolution", "render_variant": "--render-variant"}
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -39,6 +39,10 @@ def gen(
     shard: int | None = typer.Option(None, "--shard", help="Generate only this shard (0-based; Slurm array task)."),
     num_shards: int | None = typer.Option(None, "--num-shards", help="Shards of the run (default ceil(N/64))."),
     resolution: int = typer.Option(512, "--resolution", help="Image side in pixels (the benchmark uses 512)."),
+    render_variant: str = typer.Option(
+        "auto", "--render-variant",
+        help="Mitsuba variant: auto (cuda > llvm > scalar, per machine), scalar_rgb, llvm_ad_rgb or cuda_ad_rgb. "
+             "The resolved one is recorded; a resume or shard on a machine resolving another is refused."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     plan_only: bool = typer.Option(False, "--plan-only", help="Only write OUT/plan.json (before a Slurm array)."),
 ) -> None:
@@ -49,7 +53,8 @@ def gen(
 
     try:
         cfg = GenConfig(out=out, structures=structures, seed=seed, split=split, workers=workers, renderer=renderer,
-                        object_type=object_type, shard=shard, num_shards=num_shards, resolution=resolution)
+                        object_type=object_type, shard=shard, num_shards=num_shards, resolution=resolution,
+                        render_variant=render_variant)
     except ValidationError as exc:
         raise _fail(_config_errors(exc), 2) from None
     try:
