@@ -1,7 +1,9 @@
 """Trace audits without a judge (metrics.md section 7) and the ground-truth-free verifier scores.
 
 Inputs are ``(scenes, k)`` arrays for every sampled trace: the parsed final answer, the parsed
-sub-task values (NaN when a line is absent) and the total line's ``visible``/``hidden`` terms.
+sub-task values (NaN when a line is absent), the total line's ``hidden`` term, and the per-trace
+self-consistency of :func:`spatialiq_train.parsing.trace_self_consistent` (1.0, 0.0, or NaN when
+the answer or the total line is absent), as :func:`eval.score.collect_predictions` records it.
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ SELF_CONSISTENCY_RULE = (
 )
 
 
-def self_consistent(answer: np.ndarray, line_visible: np.ndarray, line_hidden: np.ndarray) -> np.ndarray:
-    """Boolean array: the answer equals the total line's visible + hidden (False when either is absent)."""
-    with np.errstate(invalid="ignore"):
-        return answer == line_visible + line_hidden
+def consistent_mask(self_consistency: np.ndarray) -> np.ndarray:
+    """Boolean array of self-consistent traces from the recorded 1.0/0.0/NaN values (NaN counts as not)."""
+    return self_consistency == 1.0
 
 
 def invariants_hold(sub: dict[str, np.ndarray], line_hidden: np.ndarray) -> np.ndarray:
@@ -49,18 +50,17 @@ def trace_audit(
     answer_gt: np.ndarray,
     sub: dict[str, np.ndarray],
     sub_gt: dict[str, np.ndarray],
-    line_visible: np.ndarray,
-    line_hidden: np.ndarray,
+    self_consistency: np.ndarray,
 ) -> dict[str, object]:
     """Shortcut and self-consistency rates over all traces and over the first sample."""
-    consistent = self_consistent(answer, line_visible, line_hidden)
+    consistent = consistent_mask(self_consistency)
     wrong_sub = np.zeros(answer.shape, dtype=bool)
     for task, pred in sub.items():
         wrong_sub |= ~(pred == sub_gt[task][:, None])
     correct = answer == answer_gt[:, None]
     shortcut = wrong_sub | ~consistent
     has_trace = ~np.isnan(answer)
-    undefined = np.isnan(answer) | np.isnan(line_visible) | np.isnan(line_hidden)
+    undefined = np.isnan(self_consistency)
     out: dict[str, object] = {"shortcut_rule": SHORTCUT_RULE, "self_consistency_rule": SELF_CONSISTENCY_RULE}
     for label, cols in (("all_samples", slice(None)), ("first_sample", slice(0, 1))):
         out[label] = {

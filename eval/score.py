@@ -19,7 +19,7 @@ import numpy as np
 from eval.breakdowns import object_counting_breakdowns
 from eval.completions import Completion, Key
 from eval.decoding import decoding_metrics
-from eval.faithfulness import invariants_hold, self_consistent, trace_audit
+from eval.faithfulness import consistent_mask, invariants_hold, trace_audit
 from eval.hierarchy import CONVENTIONS, Convention, composition, summary_row, summation_2x2
 from eval.rawcsv import META_COLUMNS, TASK_ORDER, ResponderTable
 from eval.sample import Mode
@@ -49,6 +49,8 @@ class SampledPredictions:
     gt: dict[str, np.ndarray]
     line_visible: np.ndarray | None = None
     line_hidden: np.ndarray | None = None
+    self_consistency: np.ndarray | None = None
+    """from-trace: :attr:`ParsedTrace.self_consistent` per trace as 1.0/0.0, NaN when undefined or absent."""
     counts: dict[str, int] = field(default_factory=dict)
 
 
@@ -79,6 +81,7 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
     gt = {column_of(t): _gt_array(scenes, t) for t in columns}
     line_visible = np.full(shape, np.nan) if mode == "from-trace" else None
     line_hidden = np.full(shape, np.nan) if mode == "from-trace" else None
+    consistency = np.full(shape, np.nan) if mode == "from-trace" else None
     counts = {"completions": 0, "unknown_view_or_task": 0, "beyond_k": 0, "unparseable": 0}
     traces: dict[str, ParsedTrace] = {}  # identical texts (frequent among k samples) are parsed once
     for c in completions.values():
@@ -110,9 +113,11 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
                 pred[task][i, c.sample] = value
         if trace.total_line is not None:
             line_visible[i, c.sample], line_hidden[i, c.sample] = trace.total_line[0], trace.total_line[1]
+        if trace.self_consistent is not None:
+            consistency[i, c.sample] = float(trace.self_consistent)
     counts["expected"] = len(scenes) * k * len(asked)
     counts["absent"] = counts["expected"] - counts["completions"]
-    return SampledPredictions(list(scenes), k, mode, pred, gt, line_visible, line_hidden, counts)
+    return SampledPredictions(list(scenes), k, mode, pred, gt, line_visible, line_hidden, consistency, counts)
 
 
 def first_sample_table(preds: SampledPredictions, name: str) -> ResponderTable:
@@ -130,9 +135,9 @@ def first_sample_table(preds: SampledPredictions, name: str) -> ResponderTable:
 
 
 def _verifier_scores(preds: SampledPredictions) -> dict[str, np.ndarray]:
-    if preds.mode != "from-trace" or preds.line_visible is None or preds.line_hidden is None:
+    if preds.mode != "from-trace" or preds.self_consistency is None or preds.line_hidden is None:
         return {}
-    consistent = self_consistent(preds.pred["main"], preds.line_visible, preds.line_hidden)
+    consistent = consistent_mask(preds.self_consistency)
     invariants = invariants_hold({t: preds.pred[t] for t in TRACE_TASKS}, preds.line_hidden)
     return {"self_consistent": consistent.astype(float),
             "self_consistent_and_invariants": (consistent & invariants).astype(float)}
@@ -162,10 +167,10 @@ def score_predictions(preds: SampledPredictions, name: str, convention: Conventi
         "composition": composition(table) if "task5" in table.pred and "task8" in table.pred else {},
         "breakdowns": object_counting_breakdowns(table) if "main" in table.correct else {},
     }
-    if preds.mode == "from-trace" and preds.line_visible is not None and preds.line_hidden is not None:
+    if preds.mode == "from-trace" and preds.self_consistency is not None:
         out["faithfulness"] = trace_audit(
             preds.pred["main"], preds.gt["main"], {t: preds.pred[t] for t in TRACE_TASKS},
-            {t: preds.gt[t] for t in TRACE_TASKS}, preds.line_visible, preds.line_hidden)
+            {t: preds.gt[t] for t in TRACE_TASKS}, preds.self_consistency)
     return out
 
 

@@ -10,8 +10,9 @@ Formulas (docs/rewards.md has the full table):
   and the tags hold an integer (the gate).
 * ``exact_match``: 1 when the gated ``y_hat`` equals ``y``.
 * ``stepwise``: the share of CoT lines 2..10 whose value equals the view's ground truth.
-* ``consistency``: 1 when the trace's own visible (line 6) + hidden (line 10) equals its tagged
-  answer and its total line states exactly that sum.
+* ``consistency``: strict self-consistency: 1 when the trace's own visible (line 6) + hidden
+  (line 10) equals its tagged answer and its total line states exactly that sum (a stricter variant
+  of evaluation's :func:`spatialiq_train.parsing.trace_self_consistent`).
 * ``overlong(max_len, cache)``: DAPO's soft overlong penalty, in [-1, 0].
 * ``default`` = 0.1 format + 0.9 integer_distance.
 
@@ -27,7 +28,7 @@ from typing import Any
 
 from reward.errors import record_error
 from reward.registry import register, register_combination, register_factory
-from spatialiq_train.parsing import ANSWER_CLOSE, ANSWER_OPEN, parse_trace, tag_integer
+from spatialiq_train.parsing import ANSWER_CLOSE, ANSWER_OPEN, parse_trace, tag_integer, trace_self_consistent
 from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES
 
 _OPEN_LEN = len(ANSWER_OPEN)
@@ -126,16 +127,22 @@ def stepwise_score(completion: str, truth: dict[str, Any]) -> float:
 
 
 def consistency_score(completion: str) -> float:
-    """1 when line 6 (visible) + line 10 (hidden) = the tagged answer and the total line says so."""
+    """Strict self-consistency: 1 when line 6 + line 10 = the tagged answer and the total line says so.
+
+    Built on the evaluation's predicate :func:`spatialiq_train.parsing.trace_self_consistent` (answer =
+    the total line's visible + hidden) and stricter than it: the answer is the gated tag integer (no
+    total-line or last-integer fallback), lines 6 and 10 must state the total line's two terms, and the
+    total line's ``= N`` must be the answer too.
+    """
     text = _text(completion)
     answer = gated_integer(text)
     if answer is None:
         return 0.0
     parsed = parse_trace(text)
-    visible, hidden = parsed.tasks.get("task5"), parsed.hidden
-    if visible is None or hidden is None or parsed.total_line is None:
+    total = parsed.total_line
+    if not trace_self_consistent(answer, total) or total is None:
         return 0.0
-    return 1.0 if visible + hidden == answer and parsed.total_line == (visible, hidden, answer) else 0.0
+    return 1.0 if (parsed.tasks.get("task5"), parsed.hidden, answer) == total else 0.0
 
 
 def overlong_penalty(length: int, max_len: int, cache: int) -> float:

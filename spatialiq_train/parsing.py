@@ -120,6 +120,19 @@ def tag_integer(content: str) -> int | None:
     return None if whole is None else _to_int(whole)
 
 
+def trace_self_consistent(answer: int | None, total_line: tuple[int, int, int] | None) -> bool | None:
+    """Trace self-consistency (metrics.md section 7), the project's one definition.
+
+    True when the final ``answer`` equals the trace's own visible + hidden, the first two terms of
+    its total line "The total is a + b = N"; None (undefined) when the answer or the total line is
+    absent. Evaluation reads it through :attr:`ParsedTrace.self_consistent`; the ``consistency``
+    reward is a stricter variant built on it (reward/functions.py, docs/rewards.md).
+    """
+    if answer is None or total_line is None:
+        return None
+    return total_line[0] + total_line[1] == answer
+
+
 @dataclass(frozen=True)
 class ParsedTrace:
     """What a from-trace completion says."""
@@ -137,10 +150,8 @@ class ParsedTrace:
 
     @property
     def self_consistent(self) -> bool | None:
-        """Whether the final answer equals the trace's own visible + hidden (metrics.md section 7)."""
-        if self.answer is None or self.total_line is None:
-            return None
-        return self.total_line[0] + self.total_line[1] == self.answer
+        """Whether the final answer equals the trace's own visible + hidden (:func:`trace_self_consistent`)."""
+        return trace_self_consistent(self.answer, self.total_line)
 
 
 def _cot_lines(body: str) -> tuple[dict[int, int | None], tuple[int, int, int] | None]:

@@ -17,6 +17,7 @@ from eval.faithfulness import trace_audit
 from eval.hierarchy import composition, edge_integrity, referential_chain, summary_row, summation_2x2
 from eval.rawcsv import META_COLUMNS, ResponderTable
 from eval.stats import accuracy, benjamini_hochberg, mcnemar_exact, wilson_interval
+from spatialiq_train.parsing import trace_self_consistent
 
 nan = math.nan
 
@@ -168,9 +169,11 @@ def test_trace_audit_shortcut_and_self_consistency() -> None:
     gt = np.array([9, 5], dtype=float)
     sub = {"task5": np.array([[7, 7], [5, nan]], dtype=float)}
     sub_gt = {"task5": np.array([7, 4], dtype=float)}
-    vis = np.array([[7, 7], [5, nan]], dtype=float)
-    hid = np.array([[2, 1], [0, nan]], dtype=float)
-    out = trace_audit(answer, gt, sub, sub_gt, vis, hid)
+    # self-consistency as parsing.trace_self_consistent gives it: totals 7 + 2, 7 + 1, 5 + 0, none
+    consistency = np.array([[trace_self_consistent(9, (7, 2, 9)), trace_self_consistent(9, (7, 1, 8))],
+                            [trace_self_consistent(5, (5, 0, 5)), nan]], dtype=float)
+    assert consistency.tolist()[0] == [1.0, 0.0]
+    out = trace_audit(answer, gt, sub, sub_gt, consistency)
     allr = out["all_samples"]
     # correct traces: (0,0) ok, (0,1) answer 9 != 7+1 -> shortcut, (1,0) task5 wrong -> shortcut
     assert allr["correct_traces"] == 3 and allr["shortcut_rate"] == pytest.approx(2 / 3)

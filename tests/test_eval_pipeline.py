@@ -222,6 +222,30 @@ def test_independent_scoring_counts_missing_and_majority(dataset: Path, tmp_path
     assert m["decoding"]["task5"]["scenes_without_answer"] == 1
 
 
+def test_eval_self_consistency_is_the_parsers_predicate(dataset: Path, tmp_path: Path) -> None:
+    from spatialiq_train.parsing import parse_trace
+
+    records = load_completions(_sample(dataset, tmp_path, SamplingConfig(k=3)))
+    keys = list(records)
+    edits = [("<answer>", "<answer>1"), ("The total is ", "The total is 1"), ("The total is", "Total"), ("", "")]
+    for n, key in enumerate(keys):  # tag off by digits, total line changed, total line gone, untouched
+        old, new = edits[n % 4]
+        records[key] = Completion(*key, records[key].text.replace(old, new) if old else records[key].text)
+    scenes = find_scenes(dataset)
+    preds = collect_predictions(scenes, records)
+    row = {s.view: i for i, s in enumerate(scenes)}
+    expected = np.full((len(scenes), 3), np.nan)
+    for (view, _, sample), rec in records.items():
+        flag = parse_trace(rec.text).self_consistent
+        expected[row[view], sample] = np.nan if flag is None else float(flag)
+    assert preds.self_consistency is not None
+    np.testing.assert_array_equal(preds.self_consistency, expected)
+    assert {0.0, 1.0} <= set(expected[~np.isnan(expected)].tolist()) and np.isnan(expected).any()
+    audit = score_predictions(preds, "x", "dependent_given_prerequisite")["faithfulness"]["all_samples"]
+    assert audit["self_consistency_rate"] == pytest.approx(float(np.nansum(expected)) / expected.size)
+    assert audit["traces_without_total_or_answer"] == int(np.isnan(expected).sum())
+
+
 def test_export_round_trip_through_paper_tables_reader(dataset: Path, tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     wrong = {0: "<answer>5</answer>"}

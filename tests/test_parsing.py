@@ -15,6 +15,7 @@ from spatialiq_train.parsing import (
     parse_trace,
     strip_think,
     tag_integer,
+    trace_self_consistent,
 )
 from spatialiq_train.tasks import fill_cot_template
 
@@ -100,3 +101,14 @@ def test_parse_trace_reads_every_line() -> None:
     assert parsed.answer == 12 and parsed.answer_source == "tag"
     assert parsed.tasks == {k: gt[k] for k in ("task3", "task4", "task2", "task9", "task5", "task7", "task6", "task8")}
     assert parsed.hidden == 1 and parsed.total_line == (11, 1, 12) and parsed.self_consistent is True
+
+
+def test_trace_self_consistency_is_answer_equals_visible_plus_hidden() -> None:
+    assert trace_self_consistent(12, (11, 1, 12)) is True
+    assert trace_self_consistent(12, (11, 1, 99)) is True  # the stated "= N" is not part of the definition
+    assert trace_self_consistent(13, (11, 1, 12)) is False
+    assert trace_self_consistent(None, (11, 1, 12)) is None and trace_self_consistent(12, None) is None
+    text = "The total is 9 + 2 = 11.\n<answer>12</answer>"
+    assert parse_trace(text).self_consistent is False
+    assert parse_trace("The total is 9 + 2 = 11.").self_consistent is True  # answer from the total line
+    assert parse_trace("<answer>11</answer>").self_consistent is None

@@ -132,6 +132,21 @@ def test_consistency_uses_the_traces_own_numbers() -> None:
     assert score("consistency", GOLD.replace("The total is 11 + 1 = 12.\n", "")) == 0.0
 
 
+@settings(max_examples=300, deadline=None)
+@given(visible=st.integers(0, 12), hidden=st.integers(0, 4), stated=st.integers(0, 20), tag=st.integers(0, 20),
+       line6=st.integers(0, 12))
+def test_consistency_reward_is_the_strict_variant_of_trace_self_consistency(
+        visible: int, hidden: int, stated: int, tag: int, line6: int) -> None:
+    text = (GOLD.replace("The total is 11 + 1 = 12", f"The total is {visible} + {hidden} = {stated}")
+            .replace("<answer>12</answer>", f"<answer>{tag}</answer>")
+            .replace("the number of visible objects is: 11", f"the number of visible objects is: {line6}")
+            .replace("the number of hidden objects is: 1", f"the number of hidden objects is: {hidden}"))
+    shared = parsing.trace_self_consistent(tag, (visible, hidden, stated))
+    assert parsing.parse_trace(text).self_consistent is shared
+    strict = score("consistency", text)
+    assert strict == (1.0 if shared and stated == tag and line6 == visible else 0.0)
+
+
 def test_overlong_penalty_values() -> None:
     fn = get_reward("overlong", max_len=100, cache=20)
     by_chars = fn(["a" * 80, "a" * 90, "a" * 100, "a" * 101], answer=[1] * 4)
