@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.camera import LeafView, parse_leaf_dir
-from spatialiq_train.io import read_json
+from spatialiq_train.io import natural_key, read_json
 
 LEVEL = "level_1"
 """The only level of the released configuration (benchmark-spec 1.1)."""
@@ -95,9 +95,14 @@ def parse_view_path(path: str | Path) -> tuple[int, LeafView]:
 
 
 def iter_scene_files(root: str | Path) -> Iterator[Path]:
-    """Every ``scene.json`` under ``root`` in the per-view layout (any split, level or run folder), sorted."""
+    """Every ``scene.json`` under ``root`` in the per-view layout (any split, level or run folder).
+
+    Sorted by ``spatialiq_train.io.natural_key`` of the path relative to ``root`` (POSIX), so the released
+    layout's unpadded ``sample_N`` folders come in numeric order, the order traces and eval use.
+    """
     root = Path(root)
-    yield from sorted(p for p in root.rglob(SCENE_FILE) if _SAMPLE_RE.match(p.parent.name))
+    found = [p for p in root.rglob(SCENE_FILE) if _SAMPLE_RE.match(p.parent.name)]
+    yield from sorted(found, key=lambda p: natural_key(p.relative_to(root).as_posix()))
 
 
 def iter_leaf_dirs(sample_dir: str | Path) -> Iterator[ViewLocation]:

@@ -49,19 +49,30 @@ class SplitReport:
     records: int = 0
     structures: dict[str, set[str]] = field(default_factory=dict)
     leaks: list[Leak] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Files whose recorded ``structure_id`` differs from the one recomputed from their ``height_map``."""
 
     def summary(self) -> str:
         per = ", ".join(f"{name} {len(ids)}" for name, ids in sorted(self.structures.items()))
         status = f"{len(self.leaks)} leak(s)" if self.leaks else "no leaks"
-        return f"checked {self.records} records; structures per split: {per or 'none'}; {status}"
+        bad = f"; {len(self.problems)} problem(s)" if self.problems else ""
+        return f"checked {self.records} records; structures per split: {per or 'none'}; {status}{bad}"
 
 
-def scene_records(root: Path) -> Iterator[Record]:
-    """Records from every ``scene.json`` under ``root``."""
+def scene_records(root: Path, problems: list[str] | None = None) -> Iterator[Record]:
+    """Records from every ``scene.json`` under ``root``.
+
+    The structure id is always recomputed from ``height_map`` (a recorded id is never trusted); a recorded
+    ``structure_id`` that differs is appended to ``problems``, naming the file.
+    """
     for path in layout.iter_scene_files(root):
         scene = layout.read_scene(path)
-        sid = scene.get("structure_id") or structure.structure_id(scene["height_map"])
-        yield Record(str(sid), layout.split_of_path(root, path), str(path.parent))
+        sid = structure.structure_id(scene["height_map"])
+        recorded = scene.get("structure_id")
+        if recorded is not None and recorded != sid and problems is not None:
+            problems.append(f"{path}: recorded structure_id {recorded!r} differs from {sid!r}, the id of its "
+                            "height_map (the file was edited or copied from elsewhere)")
+        yield Record(sid, layout.split_of_path(root, path), str(path.parent))
 
 
 def parquet_records(root: Path) -> Iterator[Record]:
@@ -117,13 +128,14 @@ def find_leaks(records: Iterable[Record]) -> list[Leak]:
 def check_splits(dirs: Iterable[str | Path]) -> SplitReport:
     """Read every structure of the given datasets and report leaks; a missing directory is a ValueError."""
     records: list[Record] = []
+    problems: list[str] = []
     for d in dirs:
         root = Path(d)
         if not root.is_dir():
             raise ValueError(f"{root}: not a directory (expected a dataset written by spatialiq gen)")
-        records.extend(scene_records(root))
+        records.extend(scene_records(root, problems))
         records.extend(parquet_records(root))
-    report = SplitReport(records=len(records))
+    report = SplitReport(records=len(records), problems=problems)
     for rec in records:
         report.structures.setdefault(rec.split, set()).add(rec.structure_id)
     report.leaks = find_leaks(records)

@@ -76,3 +76,11 @@ def test_read_scene_names_the_bad_key(tmp_path: Path) -> None:
     path.write_text("{not json", encoding="utf-8")
     with pytest.raises(ValueError, match="line 1"):
         layout.read_scene(path)
+
+
+def test_scene_files_of_the_released_layout_come_in_numeric_order(tmp_path: Path) -> None:
+    for idx in (10, 2, 1, 100, 9):
+        atomic_write_json(tmp_path / "eval_set" / "data_x" / "level_1" / f"sample_{idx}" / "scene.json",
+                          {"height_map": [[1]]})
+    names = [p.parent.name for p in layout.iter_scene_files(tmp_path)]
+    assert names == ["sample_1", "sample_2", "sample_9", "sample_10", "sample_100"]

@@ -89,3 +89,36 @@ def test_find_leaks_on_records() -> None:
 def test_missing_directory_is_an_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["check-splits", str(tmp_path / "nope")])
     assert result.exit_code == 1 and "not a directory" in result.output
+
+
+def test_recorded_structure_id_is_recomputed_and_a_mismatch_is_a_problem(datasets_dir: Path, tmp_path: Path) -> None:
+    train = _copy(datasets_dir / "train", tmp_path / "train")
+    scene_path = train / layout.sample_relpath("train", 1) / "scene.json"
+    scene = json.loads(scene_path.read_text())
+    true_sid = scene["structure_id"]
+    # a benchmark structure's height map under the train structure's recorded id: the recorded id is not trusted
+    bench_scene = json.loads((datasets_dir / "benchmark" / layout.sample_relpath("benchmark", 1) / "scene.json")
+                             .read_text())
+    scene["height_map"] = bench_scene["height_map"]
+    scene_path.write_text(json.dumps(scene))
+    report = check_splits([train])
+    assert report.problems == [f"{scene_path}: recorded structure_id {true_sid!r} differs from "
+                               f"{bench_scene['structure_id']!r}, the id of its height_map (the file was edited "
+                               "or copied from elsewhere)"]
+    assert any(leak.structure_id == bench_scene["structure_id"] and "split_of gives benchmark" in leak.reason
+               for leak in report.leaks)
+    assert "1 problem(s)" in report.summary()
+    result = CliRunner().invoke(app, ["check-splits", str(train)])
+    assert result.exit_code == 1 and f"PROBLEM {scene_path}: recorded structure_id" in result.output
+
+
+def test_a_wrong_id_alone_fails_the_check(datasets_dir: Path, tmp_path: Path) -> None:
+    train = _copy(datasets_dir / "train", tmp_path / "train")
+    scene_path = train / layout.sample_relpath("train", 2) / "scene.json"
+    scene = json.loads(scene_path.read_text())
+    scene["structure_id"] = "0123456789abcdef"
+    scene_path.write_text(json.dumps(scene))
+    report = check_splits([train])
+    assert len(report.problems) == 1 and str(scene_path) in report.problems[0]
+    assert "0123456789abcdef" not in {r for ids in report.structures.values() for r in ids}
+    assert CliRunner().invoke(app, ["check-splits", str(train)]).exit_code == 1

@@ -82,7 +82,8 @@ def gen_merge(out: Path = typer.Option(..., "--out", help="Dataset directory of 
 
 
 def check_splits(dirs: list[Path] = typer.Argument(..., help="Generated dataset directories.")) -> None:
-    """Exit non-zero if any structure leaks across train/benchmark, train/val or warmup/rl."""
+    """Exit non-zero if any structure leaks across train/benchmark, train/val or warmup/rl, or if a scene.json
+    records a structure_id that is not the id of its height_map."""
     from data_gen.split_check import check_splits as run_check
 
     try:
@@ -90,9 +91,11 @@ def check_splits(dirs: list[Path] = typer.Argument(..., help="Generated dataset 
     except ValueError as exc:
         raise _fail(str(exc)) from None
     typer.echo(report.summary())
-    if report.leaks:
-        for leak in report.leaks:
-            typer.echo(f"LEAK {leak}", err=True)
+    for leak in report.leaks:
+        typer.echo(f"LEAK {leak}", err=True)
+    for problem in report.problems:
+        typer.echo(f"PROBLEM {problem}", err=True)
+    if report.leaks or report.problems:
         raise typer.Exit(1)
 
 
