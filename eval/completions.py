@@ -1,8 +1,10 @@
 """The completions file: one JSON object per line, keyed by (view, task, sample index), append-only.
 
 Record: ``{"view": str, "task": str, "sample": int, "text": str}`` (plus optional ``finish_reason``).
-A run appends each finished request's completions and flushes them to disk, so an interrupted run
-loses at most the request in flight; :func:`load_completions` drops a half-written last line (and
+:func:`eval.sample.run_sampling` appends the completions of each finished engine batch (``batch_size``
+requests: 256 by default with vLLM, 4 with transformers) and fsyncs them, so an interrupted run loses
+at most the batch in flight, up to ``batch_size`` requests of k completions each (a smaller
+``--batch-size`` loses less and batches less); :func:`load_completions` drops a half-written last line (and
 :func:`repair_tail` cuts it off before appending) so a resumed run never repeats a finished completion.
 """
 

@@ -120,6 +120,23 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
     return SampledPredictions(list(scenes), k, mode, pred, gt, line_visible, line_hidden, consistency, counts)
 
 
+def require_matches(preds: SampledPredictions, completions: Mapping[Key, Completion], data_root: object) -> None:
+    """Raise ValueError when completions exist but none matched a scene and task (scores would be all NaN).
+
+    The usual cause is a completions file sampled from another ``--data`` root or split, so the error
+    names one unmatched view key, one scene key of ``data_root`` and the root itself.
+    """
+    if not completions or preds.counts.get("completions", 0) > 0:
+        return
+    example = next(iter(completions.values()))
+    scene = preds.scenes[0].view if preds.scenes else "(no scenes)"
+    raise ValueError(
+        f"none of the {len(completions)} completions matches a scene of data root {data_root} "
+        f"(mode {preds.mode}); e.g. view {example.view!r} task {example.task!r} is not there, while the "
+        f"root has views like {scene!r}; pass the --data (and --split) the completions were sampled from"
+    )
+
+
 def first_sample_table(preds: SampledPredictions, name: str) -> ResponderTable:
     """The acc@1 sample as a released-layout table (correctness NaN where the answer is missing)."""
     scenes = preds.scenes

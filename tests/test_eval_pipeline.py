@@ -297,6 +297,17 @@ def test_cli_score_report_compare(dataset: Path, tmp_path: Path) -> None:
     assert rows[0].startswith("task,model_a,model_b") and len(rows) == 2
 
 
+def test_cli_score_fails_when_no_completion_matches(dataset: Path, tmp_path: Path) -> None:
+    out = _sample(dataset, tmp_path, SamplingConfig(k=1))
+    other = make_dataset(tmp_path / "other", structures=1, prefix="eval_set/data_1/level_1")
+    res = CliRunner().invoke(app, ["eval", "score", "--completions", str(out), "--data", str(other),
+                                   "--out", str(tmp_path / "s"), "--name", "x"])
+    assert res.exit_code == 1
+    assert "none of the 32 completions matches" in res.output and f"data root {other} " in res.output
+    assert "view 'benchmark/level_1/sample_00001/view_01/" in res.output
+    assert not (tmp_path / "s" / "metrics_x.json").exists()
+
+
 def test_cli_errors_are_clean(tmp_path: Path) -> None:
     runner = CliRunner()
     (tmp_path / "raw").mkdir()

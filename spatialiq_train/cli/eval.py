@@ -103,7 +103,7 @@ def score(
     from eval.hierarchy import check_convention
     from eval.rawcsv import write_raw_csv
     from eval.scenes import find_scenes
-    from eval.score import collect_predictions, first_sample_table, jsonable, score_predictions
+    from eval.score import collect_predictions, first_sample_table, jsonable, require_matches, score_predictions
     from spatialiq_train.io import atomic_write_json
 
     if mode not in (None, "from-trace", "independent"):
@@ -115,6 +115,10 @@ def score(
     except (ValueError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from None
     preds = collect_predictions(scenes, records, mode, k)  # type: ignore[arg-type]
+    try:
+        require_matches(preds, records, data)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     metrics = score_predictions(preds, name, conv)
     metrics_path = out / f"metrics_{name}.json"
     atomic_write_json(metrics_path, jsonable(metrics))
