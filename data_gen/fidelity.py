@@ -24,6 +24,8 @@ import numpy as np
 
 from data_gen import layout
 
+REFERENCE_RELPATH = "../shared/fixtures/paper_outputs/raw/eval_raw_qwen_text.csv"
+"""The released per-view CSV, relative to the repository root (``../shared`` sits beside it)."""
 FIELDS: tuple[str, ...] = ("total_blocks", "num_hidden_blocks", "num_columns", "num_layers", "task9")
 _REF_COLUMNS = {"total_blocks": "total_blocks", "num_hidden_blocks": "num_hidden_blocks",
                 "num_columns": "num_columns", "num_layers": "num_layers", "task9": "task9_gt"}
@@ -58,6 +60,11 @@ class Distance:
     """95th percentile of that null TVD."""
 
 
+def default_reference() -> Path:
+    """``REFERENCE_RELPATH`` resolved against this checkout's root (not the current directory)."""
+    return (Path(__file__).resolve().parents[1] / REFERENCE_RELPATH).resolve()
+
+
 def load_reference(path: str | Path) -> Views:
     """The released CSV's structure columns and ``task9_gt``; a structure is ``<run>/level_1/sample_NN``."""
     path = Path(path)
@@ -74,7 +81,7 @@ def load_reference(path: str | Path) -> Views:
         for f, col in _REF_COLUMNS.items():
             try:
                 values[f].append(int(row[col]))
-            except ValueError:
+            except (ValueError, TypeError):
                 raise ValueError(f"{path}: line {n}, column {col}: expected an integer, got {row[col]!r}") from None
     return Views({f: np.asarray(v) for f, v in values.items()}, np.asarray(structures))
 
@@ -89,7 +96,10 @@ def load_generated(dataset: str | Path, split: str = "benchmark") -> Views:
         import pyarrow.parquet as pq
 
         for shard in shards:
-            table = pq.read_table(shard, columns=[*FIELDS, "structure_id"]).to_pydict()
+            try:
+                table = pq.read_table(shard, columns=[*FIELDS, "structure_id"]).to_pydict()
+            except Exception as exc:  # noqa: BLE001 - pyarrow raises several types; name the file
+                raise ValueError(f"{shard}: cannot read columns {[*FIELDS, 'structure_id']}: {exc}") from exc
             structures.extend(table["structure_id"])
             for f in FIELDS:
                 values[f].extend(table[f])
@@ -99,11 +109,21 @@ def load_generated(dataset: str | Path, split: str = "benchmark") -> Views:
                 gt = layout.read_gt(loc.path)
                 structures.append(str(scene_path.parent))
                 for f in FIELDS:
-                    values[f].append(int(gt[f]))
+                    values[f].append(_gt_int(gt, f, loc.path / layout.GT_FILE))
     if not structures:
         raise ValueError(f"{root}: no {split} views found (looked in {layout.DATA_DIR}/{split}-*.parquet and "
                          f"{split}/level_1/sample_*/)")
     return Views({f: np.asarray(v) for f, v in values.items()}, np.asarray(structures))
+
+
+def _gt_int(gt: Mapping[str, object], key: str, path: Path) -> int:
+    """``gt[key]`` as an int; a missing or non-integer value is a ValueError naming the file and key."""
+    if key not in gt:
+        raise ValueError(f"{path}: key {key!r} missing; expected a gt.json written by spatialiq gen")
+    value = gt[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{path}: key {key!r} must be an integer, got {value!r}")
+    return value
 
 
 def _pmf(x: np.ndarray, support: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 from pathlib import Path
 
@@ -86,3 +87,44 @@ def test_cli_prints_one_line_per_field(generated: Path, shared_dir: Path) -> Non
     assert "48 views of 3 structures" in lines[0] and "3000 views of 554 structures" in lines[0]
     assert [line.split()[0] for line in lines[2:7]] == list(FIELDS)
     assert "sampling error" in result.output
+
+
+def test_gt_missing_key_names_the_file_and_key(generated: Path, tmp_path: Path) -> None:
+    folders = shutil.copytree(generated, tmp_path / "copy")
+    shutil.rmtree(folders / "data")
+    gt_path = sorted(folders.rglob("gt.json"))[5]
+    gt = json.loads(gt_path.read_text())
+    del gt["task9"]
+    gt_path.write_text(json.dumps(gt))
+    with pytest.raises(ValueError, match=rf"{gt_path.parent.name}/gt\.json: key 'task9' missing"):
+        fidelity.load_generated(folders)
+    gt["task9"] = None
+    gt_path.write_text(json.dumps(gt))
+    with pytest.raises(ValueError, match=r"gt\.json: key 'task9' must be an integer, got None"):
+        fidelity.load_generated(folders)
+
+
+def test_reference_short_row_names_line_and_column(tmp_path: Path) -> None:
+    bad = tmp_path / "short.csv"
+    cols = ["view", "total_blocks", "num_hidden_blocks", "num_columns", "num_layers", "task9_gt"]
+    bad.write_text(",".join(cols) + "\nx/level_1/sample_1/view_01/offset3_fov1_dist1,3,1\n")
+    with pytest.raises(ValueError, match=r"short\.csv: line 2, column num_columns: expected an integer, got None"):
+        fidelity.load_reference(bad)
+
+
+def test_default_reference_does_not_depend_on_the_working_directory(
+    generated: Path, shared_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert fidelity.default_reference() == (shared_dir / RAW).resolve()
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["fidelity", str(generated)])
+    assert result.exit_code == 0, result.output
+    assert "3000 views of 554 structures" in result.output
+
+
+def test_absent_default_reference_is_a_clear_error(generated: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fidelity, "default_reference", lambda: tmp_path / "nowhere.csv")
+    result = CliRunner().invoke(app, ["fidelity", str(generated)])
+    assert result.exit_code == 2
+    assert "no --reference given and the default" in result.output and "nowhere.csv" in result.output

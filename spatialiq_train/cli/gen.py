@@ -101,14 +101,20 @@ def check_splits(dirs: list[Path] = typer.Argument(..., help="Generated dataset 
 
 def fidelity(
     dataset: Path = typer.Argument(..., help="Generated dataset directory holding a benchmark split."),
-    reference: Path = typer.Option(
-        Path("../shared/fixtures/paper_outputs/raw/eval_raw_qwen_text.csv"), "--reference",
-        help="Released per-view evaluation CSV (its *_gt and structure columns are used)."),
+    reference: Path | None = typer.Option(
+        None, "--reference",
+        help="Released per-view evaluation CSV (its *_gt and structure columns are used); default: "
+             "../shared/fixtures/paper_outputs/raw/eval_raw_qwen_text.csv beside this checkout's root."),
     split: str = typer.Option("benchmark", "--split", help="Which generated split to compare."),
 ) -> None:
     """Compare generated per-view distributions with the released evaluation set."""
-    from data_gen.fidelity import compare, format_report, load_generated, load_reference
+    from data_gen.fidelity import compare, default_reference, format_report, load_generated, load_reference
 
+    if reference is None:
+        reference = default_reference()
+        if not reference.is_file():
+            raise _fail(f"no --reference given and the default {reference} does not exist (../shared beside the "
+                        "repository root is absent); pass --reference PATH/TO/eval_raw_qwen_text.csv", 2)
     try:
         ref = load_reference(reference)
         gen_views = load_generated(dataset, split)
