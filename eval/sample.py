@@ -63,6 +63,20 @@ class SamplingConfig(BaseModel):
         tasks = self.tasks or list(INTEGER_TASKS)
         return [get_task(t).id for t in tasks]
 
+    def task_prompts(self) -> dict[str, str]:
+        """Every task's prompt in the run's dialect, built up front; ValueError names a task the dialect lacks."""
+        dialect = self.prompt_dialect()
+        prompts: dict[str, str] = {}
+        for task in self.task_list():
+            try:
+                prompts[task] = build_prompt(task, dialect)
+            except KeyError:
+                raise ValueError(
+                    f"task {task!r} has no prompt in the {dialect!r} dialect; use --dialect type1 or leave "
+                    f"{task} out of --tasks (asked: {', '.join(self.task_list())})"
+                ) from None
+        return prompts
+
 
 @dataclass(frozen=True)
 class Request:
@@ -92,9 +106,8 @@ def request_seed(base: int, view: str, task: str, first_sample: int) -> int:
 
 def plan_requests(scenes: Sequence[Scene], config: SamplingConfig, done: set[Key] | dict[Key, object]) -> list[Request]:
     """Requests for every (scene, task) with sample indices not in ``done``; tasks lacking partner views are skipped."""
-    dialect = config.prompt_dialect()
     system = COT_SYSTEM_PROMPT if config.mode == "from-trace" and config.cot_system_prompt else None
-    prompts = {t: build_prompt(t, dialect) for t in config.task_list()}
+    prompts = config.task_prompts()
     by_view = {s.view: s for s in scenes}
     requests: list[Request] = []
     for scene in scenes:

@@ -319,6 +319,22 @@ def test_cli_errors_are_clean(tmp_path: Path) -> None:
     assert res.exit_code == 1 and "mode" in res.output
 
 
+def test_training_dialect_without_a_task_prompt_fails_up_front(dataset: Path, tmp_path: Path) -> None:
+    cfg = SamplingConfig(mode="independent", dialect="training", tasks=["task5", "task11"])
+    with pytest.raises(ValueError, match=r"task 'task11' has no prompt in the 'training' dialect; use --dialect type1"):
+        cfg.task_prompts()
+    with pytest.raises(ValueError, match="task11"):
+        plan_requests(find_scenes(dataset), cfg, set())
+    assert set(SamplingConfig(mode="independent", dialect="type1", tasks=["task11"]).task_prompts()) == {"task11"}
+    for tasks in (["--tasks", "task5,task11"], []):  # explicit, and the default list of every integer task
+        res = CliRunner().invoke(app, ["eval", "sample", "--model", str(tmp_path / "no-model"), "--data", str(dataset),
+                                       "--out", str(tmp_path / "c.jsonl"), "--mode", "independent",
+                                       "--dialect", "training", *tasks])
+        assert res.exit_code == 1 and "task 'task11' has no prompt in the 'training' dialect" in res.output
+        assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert not (tmp_path / "c.jsonl").exists()
+
+
 def test_vllm_engine_fails_clearly_when_absent(tmp_path: Path) -> None:
     from eval.engines import VLLMEngine, vllm_available
 

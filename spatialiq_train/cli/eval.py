@@ -71,7 +71,7 @@ def sample(
         config = SamplingConfig(mode=mode, k=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                 dialect=dialect, cot_system_prompt=cot_system_prompt, seed=seed,
                                 tasks=tasks.split(",") if tasks else None, batch_size=batch_size or 1)
-        config.task_list()
+        config.task_prompts()  # every prompt up front: a task the dialect lacks fails here, not mid-run
         scenes = find_scenes(data, split)[:limit]
     except (ValidationError, ValueError, KeyError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from None
