@@ -18,6 +18,7 @@ The readers also accept the released layout (``eval_set/data_<ts>/level_1/sample
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,7 +39,9 @@ SCENE_FILE = "scene.json"
 GT_FILE = "gt.json"
 IMAGE_FILE = "view.png"
 
-_SAMPLE_RE = re.compile(r"^sample_(\d+)$")
+SAMPLE_DIR_RE = re.compile(r"^sample_(\d+)$", re.ASCII)
+"""A sample folder name: ours (``sample_00001``) or the released layout's (``sample_1``)."""
+_SAMPLE_RE = SAMPLE_DIR_RE
 _VIEW_RE = re.compile(r"^view_(\d+)$")
 
 
@@ -103,6 +106,20 @@ def iter_scene_files(root: str | Path) -> Iterator[Path]:
     root = Path(root)
     found = [p for p in root.rglob(SCENE_FILE) if _SAMPLE_RE.match(p.parent.name)]
     yield from sorted(found, key=lambda p: natural_key(p.relative_to(root).as_posix()))
+
+
+def find_gt_files(root: str | Path) -> list[Path]:
+    """Every ``gt.json`` under ``root`` (hidden folders skipped), in natural order of the path relative to root.
+
+    Any folder holding a ``gt.json`` counts as a leaf view, whatever the folders above it are called.
+    """
+    root = Path(root)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        if GT_FILE in filenames:
+            found.append(Path(dirpath) / GT_FILE)
+    return sorted(found, key=lambda p: natural_key(p.relative_to(root).as_posix()))
 
 
 def iter_leaf_dirs(sample_dir: str | Path) -> Iterator[ViewLocation]:

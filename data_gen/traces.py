@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from data_gen.layout import IMAGE_FILE, SAMPLE_DIR_RE, SCENE_FILE, find_gt_files
 from data_gen.splits import SPLITS, partition_of
-from spatialiq_train.io import atomic_write_text, natural_key, read_json
+from spatialiq_train.io import atomic_write_text, natural_key, read_json  # noqa: F401 - natural_key re-exported
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.tasks import COT_FIELDS, Dialect, build_prompt, fill_cot_template, get_task
 
@@ -34,6 +33,8 @@ Kind = Literal["plain", "cot"]
 KINDS: tuple[Kind, ...] = ("plain", "cot")
 TRAIN_FILES: tuple[str, ...] = ("train", "val", "warmup", "rl")
 BENCHMARK_FILE = "benchmark"
+TRACE_FILES: tuple[str, ...] = (*TRAIN_FILES, BENCHMARK_FILE)
+"""Every trace file name (``<name>.jsonl``) ``write_traces`` writes, or removes when a run writes no such file."""
 REWARD_FIELDS: tuple[str, ...] = (
     "task2", "task3", "task4", "task5", "task6", "task7", "task8", "task9", "num_hidden_blocks", "task_main",
 )
@@ -41,7 +42,6 @@ REWARD_FIELDS: tuple[str, ...] = (
 SKIPPED_PLAIN_TASKS: tuple[str, ...] = ("task10", "task11")
 """Two-image tasks: the single-image trace pipeline skips them, as the release does."""
 
-_SAMPLE_DIR = re.compile(r"sample_\d+", re.ASCII)
 _INT_FIELDS: tuple[str, ...] = (*REWARD_FIELDS, "task10", "task11")
 
 
@@ -58,17 +58,7 @@ class ViewGT:
 
     @property
     def image(self) -> str:
-        return f"{self.view}/view.png"
-
-
-def find_gt_files(data_root: Path) -> list[Path]:
-    """Every ``gt.json`` under ``data_root``, in natural path order."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(data_root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        if "gt.json" in filenames:
-            found.append(Path(dirpath) / "gt.json")
-    return sorted(found, key=lambda p: natural_key(p.relative_to(data_root).as_posix()))
+        return f"{self.view}/{IMAGE_FILE}"
 
 
 def validate_gt(gt: Any, path: Path) -> dict[str, Any]:
@@ -91,7 +81,7 @@ def structure_of(leaf_rel: Path, data_root: Path, cache: dict[str, str]) -> str:
     else that folder's path relative to the data root, else (no such folder) the leaf path itself."""
     parts = leaf_rel.parts
     for i in range(len(parts) - 1, -1, -1):
-        if _SAMPLE_DIR.fullmatch(parts[i]):
+        if SAMPLE_DIR_RE.match(parts[i]):
             sample_rel = Path(*parts[: i + 1]).as_posix()
             if sample_rel not in cache:
                 cache[sample_rel] = _sample_structure_id(data_root / sample_rel, sample_rel)
@@ -100,7 +90,7 @@ def structure_of(leaf_rel: Path, data_root: Path, cache: dict[str, str]) -> str:
 
 
 def _sample_structure_id(sample_dir: Path, sample_rel: str) -> str:
-    scene_path = sample_dir / "scene.json"
+    scene_path = sample_dir / SCENE_FILE
     if not scene_path.is_file():
         return sample_rel
     scene = read_json(scene_path)
@@ -142,7 +132,7 @@ def load_views(data_root: Path, split: str | None = None) -> list[ViewGT]:
                 structure_id=structure_of(leaf_rel, data_root, cache),
                 split=split_of_view(leaf_rel, split),
                 gt=gt,
-                has_image=(gt_path.parent / "view.png").is_file(),
+                has_image=(gt_path.parent / IMAGE_FILE).is_file(),
             )
         )
     return views
@@ -264,11 +254,21 @@ def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
 
 
 def write_traces(out_dir: Path, files: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
-    """Write each file as ``<out_dir>/<name>.jsonl``; returns the line count per file name."""
+    """Write each file as ``<out_dir>/<name>.jsonl``; returns the line count per file name.
+
+    A trace file of the known names (``TRACE_FILES``) that this run does not write, left by an earlier
+    run in ``out_dir``, is removed, so ``out_dir`` holds exactly this run's traces. Other files are kept.
+    """
     names: list[str] = list(TRAIN_FILES) if files.keys() & set(TRAIN_FILES) else []
     if BENCHMARK_FILE in files:
         names.append(BENCHMARK_FILE)
-    return {name: write_jsonl(out_dir / f"{name}.jsonl", files.get(name, [])) for name in names}
+    counts = {name: write_jsonl(out_dir / f"{name}.jsonl", files.get(name, [])) for name in names}
+    for name in TRACE_FILES:
+        stale = out_dir / f"{name}.jsonl"
+        if name not in counts and stale.is_file():
+            logger.info("removing %s, left by an earlier run", stale)
+            stale.unlink()
+    return counts
 
 
 def check_disjoint(views: Sequence[ViewGT]) -> None:

@@ -259,3 +259,33 @@ def test_cli_errors_name_the_problem(tmp_path: Path) -> None:
     result = runner.invoke(app, [*args, "--kind", "sft"], env={"COLUMNS": "1000"})
     assert result.exit_code != 0 and "unknown trace kind 'sft'" in result.output
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_write_traces_removes_stale_trace_files_of_an_earlier_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    both = make_dataset(tmp_path / "both", n_train=3, n_bench=2)
+    write_traces(out, build_traces(load_views(both), "plain"))
+    assert (out / "benchmark.jsonl").is_file() and (out / "train.jsonl").is_file()
+    (out / "notes.txt").write_text("mine")
+    (out / "extra.jsonl").write_text("{}\n")
+    views = load_views(both)
+    counts = write_traces(out, build_traces([v for v in views if v.split == "train"], "plain"))
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["extra.jsonl", "notes.txt", "rl.jsonl", "train.jsonl", "val.jsonl", "warmup.jsonl"]
+    assert set(counts) == {"train", "val", "warmup", "rl"}
+    write_traces(out, build_traces([v for v in views if v.split == "benchmark"], "plain"))
+    assert sorted(p.name for p in out.glob("*.jsonl")) == ["benchmark.jsonl", "extra.jsonl"]
+
+
+def test_trace_discovery_uses_the_layout_names(tmp_path: Path) -> None:
+    from data_gen import layout, traces
+
+    assert traces.find_gt_files is layout.find_gt_files
+    data = make_dataset(tmp_path / "d", n_train=2, n_bench=0)
+    hidden = data / ".cache" / "gt.json"
+    hidden.parent.mkdir()
+    hidden.write_text("{}")
+    found = layout.find_gt_files(data)
+    assert found and all(p.name == layout.GT_FILE and ".cache" not in p.parts for p in found)
+    views = load_views(data)  # the hidden gt.json (not valid ground truth) is not read
+    assert all(v.image.endswith("/" + layout.IMAGE_FILE) for v in views)
