@@ -26,17 +26,18 @@ from eval.hierarchy import SUMMARY_COLUMNS, Convention, check_convention, compos
 from eval.rawcsv import ResponderTable, read_raw_dir
 from eval.stats import accuracy
 from spatialiq_train.io import atomic_write_text
-from spatialiq_train.tasks import get_task
+from spatialiq_train.tasks import TASKS, get_task
 
 TRAINED_PREFIXES: tuple[str, ...] = ("sft-", "dapo-", "Qwen2.5-VL-")
 DISPLAY_NAMES: dict[str, str] = {"human": "Human", "qwen": "Qwen", "gemini": "Gemini"}
 """Published display names of the released zero-shot slugs; any other model is shown under its own name."""
-TASK_LABELS: tuple[tuple[str, str], ...] = (
-    ("Task2", "task9"), ("Task3", "task3"), ("Task4", "task4"), ("Task5", "task5"), ("Task6", "task2"),
-    ("Task7", "task6"), ("Task8", "task7"), ("Task9", "task8"), ("Target1", "main"), ("Target2a", "task10"),
-    ("Target2b", "task11"),
+TASK_LABELS: tuple[tuple[str, str], ...] = tuple(
+    (("Task" if t.paper_tag.startswith("S") else "Target") + t.paper_tag[1:], t.csv_column)
+    for t in TASKS.values() if t.id != "task1"
 )
-"""Table 6 row labels (the paper's S/T numbering) and the released task column each reads."""
+"""Table 6 row labels (the paper's S/T numbering: S2 -> Task2, T1 -> Target1) and the released task column each
+reads, in the paper's order, from ``TASKS``: Task2/task9 ... Task9/task8, Target1/main, Target2a/task10,
+Target2b/task11."""
 SUMMARY_CSV_COLUMNS: tuple[str, ...] = ("model", *SUMMARY_COLUMNS)
 PUBLISHED_SUMMARY_COLUMNS: tuple[str, ...] = ("model", "display_name", *SUMMARY_COLUMNS, "mental_rotation_mean")
 SUMMATION_COLUMNS: tuple[str, ...] = (

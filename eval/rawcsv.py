@@ -19,13 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from spatialiq_train.io import atomic_write_text
+from spatialiq_train.tasks import TASKS
 
 META_COLUMNS: tuple[str, ...] = ("total_blocks", "num_hidden_blocks", "num_columns", "num_layers")
 """Ground-truth columns between ``object_type`` and the first task column."""
 TASK_ORDER: tuple[str, ...] = (
-    "task1", "task2", "task3", "task4", "task5", "task6", "task7", "task8", "task9", "task10", "task11", "main",
+    *sorted((t.csv_column for t in TASKS.values() if t.csv_column != "main"), key=lambda c: int(c[len("task"):])),
+    "main",
 )
-"""Task column prefixes in the released column order."""
+"""Task column prefixes in the released column order (task1..task11 by number, then main), from ``TASKS``."""
 RAW_PATTERN = re.compile(r"^eval_raw_(?P<model>.+)_text\.csv$")
 HUMAN_FILE = "eval_raw_human_frq.csv"
 """The released human free-response file; read as model ``human`` (its ``X_pred`` is the adjudicated answer)."""

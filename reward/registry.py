@@ -137,10 +137,9 @@ def get_reward(name: str, **params: Any) -> RewardFn:
 
 def reward_name(fn: RewardFn) -> str:
     """The display name of a reward (its registered name where it has one)."""
-    for table in (_REWARDS,):
-        for key, value in table.items():
-            if value is fn:
-                return key
+    for key, value in _REWARDS.items():
+        if value is fn:
+            return key
     return str(getattr(fn, "reward_name", None) or getattr(fn, "__name__", type(fn).__name__))
 
 

@@ -172,3 +172,15 @@ def test_released_files_survive_write_and_reread(shared_dir: Path, tmp_path: Pat
             for got, exp in ((back[name].correct[t], table.correct[t]), (back[name].pred[t], table.pred[t]),
                              (back[name].gt[t], table.gt[t])):
                 np.testing.assert_array_equal(got, exp)
+
+
+def test_task_labels_and_column_order_derived_from_the_catalogue() -> None:
+    from eval.paper_tables import TASK_LABELS
+    from eval.rawcsv import TASK_ORDER
+
+    assert TASK_ORDER == (*(f"task{i}" for i in range(1, 12)), "main")
+    assert TASK_LABELS == (
+        ("Task2", "task9"), ("Task3", "task3"), ("Task4", "task4"), ("Task5", "task5"), ("Task6", "task2"),
+        ("Task7", "task6"), ("Task8", "task7"), ("Task9", "task8"), ("Target1", "main"), ("Target2a", "task10"),
+        ("Target2b", "task11"),
+    )  # Table 6's rows as published
