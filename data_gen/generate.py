@@ -232,13 +232,28 @@ def run(cfg: GenConfig, renderer: Any = None, progress: bool = True, plan_only: 
     Mitsuba variant resolved here), and the parent builds none.
     """
     out = Path(cfg.out)
-    backend = None
+    backend, built = None, None
     if not plan_only and cfg.renderer != "none":
         if renderer is None and cfg.workers == 1:
-            renderer = make_renderer(cfg)  # fail fast on a missing optional dependency, before writing anything
+            renderer = built = make_renderer(cfg)  # fail fast on a missing dependency, before writing anything
         backend = render_backend(cfg, renderer)  # workers > 1: resolved (and checked) without a renderer
         if cfg.renderer == "mitsuba" and backend["variant"] in ("scalar_rgb", "llvm_ad_rgb", "cuda_ad_rgb"):
             cfg = cfg.model_copy(update={"render_variant": backend["variant"]})  # workers render what is recorded
+    try:
+        return _run(cfg, out, renderer, backend, progress, plan_only)
+    finally:
+        close_renderer(built)
+
+
+def close_renderer(renderer: Any) -> None:
+    """Release what a renderer holds (e.g. Isaac Sim's texture folder), when it has a ``close()``."""
+    close = getattr(renderer, "close", None)
+    if callable(close):
+        close()
+
+
+def _run(cfg: GenConfig, out: Path, renderer: Any, backend: dict[str, Any] | None, progress: bool,
+         plan_only: bool) -> dict[str, Any] | None:
     out.mkdir(parents=True, exist_ok=True)
     check_gen_config(out, cfg, backend)
     if plan_only:
@@ -367,8 +382,12 @@ _STATE: dict[str, Any] = {}
 
 def _init_worker(cfg_json: str, render: bool) -> None:
     """Pool initializer; planning-only workers (``render`` False) build no renderer."""
+    from multiprocessing import util
+
     cfg = GenConfig.model_validate_json(cfg_json)
     _STATE["cfg"], _STATE["renderer"] = cfg, make_renderer(cfg) if render else None
+    if _STATE["renderer"] is not None:  # released when the worker exits normally (pool closed, not terminated)
+        util.Finalize(None, close_renderer, args=(_STATE["renderer"],), exitpriority=10)
 
 
 def _work(entry: PlannedStructure) -> list[dict[str, Any]]:
@@ -382,13 +401,21 @@ def generate_shards(cfg: GenConfig, todo: list[int], renderer: Any = None, progr
     The parent renders (and builds ``renderer`` when none is given) only with one worker. ``backend`` is
     recorded in every shard's completion record.
     """
-    from tqdm import tqdm
-
     k, n = cfg.shard_count, cfg.structures
     ranges = {s: shard_range(s, k, n) for s in todo}
     shard_of = {i: s for s, (a, b) in ranges.items() for i in range(a, b + 1)}
-    if renderer is None and cfg.workers == 1:
-        renderer = make_renderer(cfg)
+    built = make_renderer(cfg) if renderer is None and cfg.workers == 1 else None
+    try:
+        _generate(cfg, ranges, shard_of, renderer if built is None else built, progress, backend)
+    finally:
+        close_renderer(built)
+
+
+def _generate(cfg: GenConfig, ranges: dict[int, tuple[int, int]], shard_of: dict[int, int], renderer: Any,
+              progress: bool, backend: dict[str, Any] | None) -> None:
+    from tqdm import tqdm
+
+    todo = list(ranges)
     for s, (a, b) in ranges.items():
         _remove_stale_temp_files(cfg, s, a, b)
     with _Executor(cfg, renderer, render=True) as ex:
@@ -445,9 +472,12 @@ class _Executor:
             return (process_structure(self.cfg, e, self.renderer) for e in entries)
         return self.pool.imap(_work, entries, chunksize=1)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         if self.pool is not None:
-            self.pool.terminate()
+            if exc_type is None:  # let the workers exit normally, so their renderers are closed
+                self.pool.close()
+            else:
+                self.pool.terminate()
             self.pool.join()
 
 

@@ -504,3 +504,28 @@ def test_shard_record_counts_every_partition_kind(tmp_path: Path, truth: types.M
     assert set(record["partitions"]) == set(splits.PARTITIONS)
     assert all(sum(sides.values()) == 3 for sides in record["partitions"].values())
     assert generate.VIEWS_PER_STRUCTURE == len(LEAF_VIEWS) and record["views"] == 3 * len(LEAF_VIEWS)
+
+
+class ClosingRenderer(VariantRenderer):
+    """Counts close() calls, as IsaacSimRenderer's texture folder needs."""
+
+    closed = 0
+
+    def close(self) -> None:
+        ClosingRenderer.closed += 1
+
+
+def test_a_renderer_built_by_run_is_closed_and_an_injected_one_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ClosingRenderer, "closed", 0)
+    monkeypatch.setattr(generate, "make_renderer", lambda c: ClosingRenderer("scalar_rgb"))
+    run(cfg(tmp_path / "built", structures=1, renderer="mitsuba"), progress=False)
+    assert ClosingRenderer.closed == 1
+    run(cfg(tmp_path / "given", structures=1, renderer="mitsuba"), renderer=ClosingRenderer("scalar_rgb"),
+        progress=False)
+    assert ClosingRenderer.closed == 1
+    monkeypatch.setattr(generate, "merge", lambda out: (_ for _ in ()).throw(GenerationError("boom")))
+    with pytest.raises(GenerationError, match="boom"):
+        run(cfg(tmp_path / "fails", structures=1, renderer="mitsuba"), progress=False)
+    assert ClosingRenderer.closed == 2  # closed on failure too

@@ -134,3 +134,92 @@ def test_texture_files_carry_the_darker_border(tmp_path) -> None:
     border, inner = img[:12].reshape(-1, 3).mean(axis=0), img[12:-12, 12:-12].reshape(-1, 3).mean(axis=0)
     assert np.allclose(border, 0.8 * inner, rtol=0.05)  # 0.8 x the texture's mean, as the benchmark paints it
     assert (img[:12] == img[0, 0]).all()
+
+
+class _FakeAnnotator:
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def attach(self, products: list) -> None:
+        self.log.append(f"attach {self.name}")
+
+    def detach(self) -> None:
+        self.log.append(f"detach {self.name}")
+
+    def get_data(self):  # noqa: ANN201
+        if self.name == "rgb":
+            return np.zeros((4, 4, 4), np.uint8)
+        return {"data": np.zeros((4, 4), np.uint32), "info": {"idToLabels": {}}}
+
+
+@pytest.fixture
+def fake_isaac(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """Stand-ins for the isaacsim / omni modules, recording what the renderer does with them."""
+    import sys
+    import types
+
+    import data_gen.render.isaacsim_backend as backend
+
+    log: list[str] = []
+    state = {"fail_step": False}
+
+    class Product:
+        def destroy(self) -> None:
+            log.append("destroy product")
+
+    def step(rt_subframes: int) -> None:
+        if state["fail_step"]:
+            raise RuntimeError("simulated capture failure")
+
+    rep = types.SimpleNamespace(
+        orchestrator=types.SimpleNamespace(set_capture_on_play=lambda flag: None, step=step),
+        create=types.SimpleNamespace(render_product=lambda path, res: Product()),
+        AnnotatorRegistry=types.SimpleNamespace(
+            get_annotator=lambda name, init_params=None: _FakeAnnotator("rgb" if name == "rgb" else "seg", log)),
+    )
+    usd = types.SimpleNamespace(get_context=lambda: types.SimpleNamespace(get_stage=lambda: None))
+    omni = types.ModuleType("omni")
+    replicator = types.ModuleType("omni.replicator")
+    core = types.ModuleType("omni.replicator.core")
+    core.__dict__.update(vars(rep))
+    replicator.core = core
+    usd_mod = types.ModuleType("omni.usd")
+    usd_mod.get_context = usd.get_context
+    omni.replicator, omni.usd = replicator, usd_mod
+    isaacsim = types.ModuleType("isaacsim")
+    isaacsim.SimulationApp = lambda config: types.SimpleNamespace(update=lambda: None)
+    for name, mod in {"isaacsim": isaacsim, "omni": omni, "omni.replicator": replicator,
+                      "omni.replicator.core": core, "omni.usd": usd_mod}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(backend, "_APP", None)
+    monkeypatch.setattr(backend, "_populate", lambda stage, spec, textures: log.append("populate"))
+    monkeypatch.setattr(st, "ids_from_segmentation", lambda data, labels, ids: np.zeros((4, 4), np.int64))
+    return types.SimpleNamespace(log=log, state=state)
+
+
+def test_annotators_and_render_product_are_released_on_failure_too(fake_isaac) -> None:  # noqa: ANN001
+    from data_gen.render.base import RenderError
+
+    with IsaacSimRenderer(settle_updates=0) as renderer:
+        result = renderer.render(_spec())
+        assert result.rgb.shape == (4, 4, 3)
+        assert fake_isaac.log[-3:] == ["detach rgb", "detach seg", "destroy product"]
+        fake_isaac.log.clear()
+        fake_isaac.state["fail_step"] = True
+        with pytest.raises(RenderError, match="simulated capture failure"):
+            renderer.render(_spec())
+        assert fake_isaac.log == ["populate", "attach rgb", "attach seg", "detach rgb", "detach seg",
+                                  "destroy product"]
+
+
+def test_texture_folder_is_owned_and_removed_by_close(fake_isaac) -> None:  # noqa: ANN001
+    from data_gen.render.base import RenderError
+
+    renderer = IsaacSimRenderer(settle_updates=0)
+    folder = renderer._textures[0].parent
+    assert folder.is_dir() and len(list(folder.glob("block_edge_texture_*.png"))) == len(renderer._textures)
+    renderer.close()
+    assert not folder.exists()
+    renderer.close()  # idempotent
+    with pytest.raises(RenderError, match="closed"):
+        renderer.render(_spec())

@@ -5,6 +5,10 @@ Needs an NVIDIA RTX GPU and Isaac Sim from NVIDIA's package index:
 lazily, inside the constructor and methods. Only one ``SimulationApp`` can exist per process, so the
 first renderer starts it and later ones reuse it. This module cannot run on CPU-only machines; the scene
 description it draws is tested on its own (tests/test_render_isaac.py).
+
+The texture files live in a temporary folder the renderer owns: ``close()`` (or leaving a ``with`` block)
+removes it. Each ``render()`` detaches its annotators and destroys its render product whether the capture
+succeeded or not.
 """
 
 from __future__ import annotations
@@ -59,7 +63,9 @@ def write_textures(folder: Path) -> list[Path]:
 class IsaacSimRenderer:
     """RTX renderer with the benchmark's lights and camera; options: ``headless``, ``rt_subframes``,
     ``path_tracing``, ``environment_usd`` (a USD to reference under /World/Environment instead of the floor),
-    ``settle_updates`` (app updates after building a stage, so textures are loaded before the capture)."""
+    ``settle_updates`` (app updates after building a stage, so textures are loaded before the capture).
+
+    Call ``close()`` when done (or use it as a context manager) to remove its texture folder."""
 
     name = "isaacsim"
     num_environments = len(materials.ENVIRONMENTS)
@@ -79,11 +85,28 @@ class IsaacSimRenderer:
         self.rt_subframes, self.environment_usd = int(rt_subframes), environment_usd
         self.settle_updates = int(settle_updates)
         rep.orchestrator.set_capture_on_play(False)
-        self._textures = write_textures(Path(tempfile.mkdtemp(prefix="spatialiq_textures_")))
+        self._texture_dir: tempfile.TemporaryDirectory[str] | None = tempfile.TemporaryDirectory(
+            prefix="spatialiq_textures_")
+        self._textures = write_textures(Path(self._texture_dir.name))
+
+    def close(self) -> None:
+        """Remove the texture folder; idempotent. The shared SimulationApp stays up for later renderers."""
+        if self._texture_dir is not None:
+            self._texture_dir.cleanup()
+            self._texture_dir = None
+
+    def __enter__(self) -> IsaacSimRenderer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def render(self, spec: SceneSpec) -> RenderResult:
+        if self._texture_dir is None:
+            raise RenderError("this IsaacSimRenderer was closed; build a new one")
         stage_spec = st.build_stage_spec(spec, self.environment_usd)
         rep = self._rep
+        product, attached = None, []
         try:
             _populate(self._usd.get_context().get_stage(), stage_spec, self._textures)
             for _ in range(self.settle_updates):  # let textures and materials load before capturing
@@ -91,20 +114,34 @@ class IsaacSimRenderer:
             product = rep.create.render_product(st.CAMERA_PATH, stage_spec.camera.resolution)
             rgb = rep.AnnotatorRegistry.get_annotator("rgb")
             seg = rep.AnnotatorRegistry.get_annotator("instance_id_segmentation", init_params={"colorize": False})
-            rgb.attach([product])
-            seg.attach([product])
+            for annotator in (rgb, seg):
+                annotator.attach([product])
+                attached.append(annotator)
             rep.orchestrator.step(rt_subframes=self.rt_subframes)
             rgba = np.asarray(rgb.get_data())
             seg_out = seg.get_data()
             ids = st.ids_from_segmentation(seg_out["data"], seg_out["info"]["idToLabels"],
                                            st.path_block_ids(stage_spec))
-            rgb.detach()
-            seg.detach()
-            product.destroy()
         except Exception as exc:  # noqa: BLE001 - re-raised with the scene named
             raise RenderError(f"Isaac Sim render failed for camera at {spec.camera.position}, "
                               f"height_map={[list(r) for r in spec.height_map]}: {exc}") from exc
+        finally:
+            _release(attached, product)
         return RenderResult(rgb=np.ascontiguousarray(rgba[..., :3]).astype(np.uint8), instance_ids=ids)
+
+
+def _release(annotators: list[Any], product: Any) -> None:
+    """Detach the annotators and destroy the render product; a failure here is logged, never masks the render's."""
+    for annotator in annotators:
+        try:
+            annotator.detach()
+        except Exception:  # noqa: BLE001 - cleanup must reach the product too
+            log.warning("could not detach an Isaac Sim annotator", exc_info=True)
+    if product is not None:
+        try:
+            product.destroy()
+        except Exception:  # noqa: BLE001
+            log.warning("could not destroy an Isaac Sim render product", exc_info=True)
 
 
 def _material(stage: Any, path: str, rgb: tuple[float, ...], texture: Path | None = None) -> Any:
