@@ -529,3 +529,17 @@ def test_a_renderer_built_by_run_is_closed_and_an_injected_one_is_not(
     with pytest.raises(GenerationError, match="boom"):
         run(cfg(tmp_path / "fails", structures=1, renderer="mitsuba"), progress=False)
     assert ClosingRenderer.closed == 2  # closed on failure too
+
+
+def test_plan_only_asks_its_workers_for_no_renderer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    flags: list[bool] = []
+    real_init = generate._Executor.__init__
+
+    def spy(self, c, renderer, render=True):  # noqa: ANN001, ANN202
+        flags.append(render)
+        real_init(self, c, renderer, render)
+
+    monkeypatch.setattr(generate._Executor, "__init__", spy)
+    monkeypatch.setattr(generate, "make_renderer", lambda c: (_ for _ in ()).throw(AssertionError("built")))
+    run(cfg(tmp_path, structures=2, renderer="mitsuba", workers=2), progress=False, plan_only=True)
+    assert flags == [False] and (tmp_path / "plan.json").is_file()

@@ -12,7 +12,9 @@ logger = logging.getLogger(__name__)
 
 def traces(
     data: Path = typer.Option(..., "--data", help="Dataset root (holding train/ and/or benchmark/)."),
-    out: Path = typer.Option(..., "--out", help="Folder for train/val/warmup/rl.jsonl and benchmark.jsonl."),
+    out: Path = typer.Option(
+        ..., "--out", help="Folder for train/val/warmup/rl.jsonl and benchmark.jsonl; files of these names an earlier "
+                           "run left there and this run does not write are removed."),
     kind: str = typer.Option(..., "--kind", help="plain (answer-tagged integer) or cot (benchmark CoT template)."),
     mask_final_answer: str | None = typer.Option(
         None, "--mask-final-answer", help="CoT only: placeholder for task_main in the total line and answer tag."
