@@ -100,3 +100,33 @@ def test_warmup_and_rl_partitions_must_be_disjoint(tmp_path: Path) -> None:
     (traces / "rl.jsonl").write_text(lines[0] + "\n")
     with pytest.raises(ValueError, match="share 1 structures"):
         check_disjoint(traces, "warmup", "rl")
+
+
+@pytest.mark.slow
+def test_resume_restores_the_checkpoint_weights(tmp_path: Path) -> None:
+    """A resumed phase continues from the checkpoint's weights, not from the phase's starting model."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from spatialiq_train.train import common
+    from spatialiq_train.train.data import load_split
+    from spatialiq_train.train.sft import build_sft_trainer, run_sft
+
+    root = tmp_path / "data"
+    traces = write_traces(root, "warmup", 8, np.random.default_rng(3), answer=lambda i: i % 10)
+    recipe = tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={root}", "data.sft_split=warmup",
+                          "sft.max_steps=4", "logging.save_steps=2"])
+    out = tmp_path / "sft"
+    with pytest.raises(Interrupted):
+        run_sft(recipe, out, callbacks=[_interrupt_at(3)])
+    base = str(out / "base")
+    dataset = load_split(traces, "warmup", root, "sft", None)
+    trainer, _ = build_sft_trainer(recipe, base, dataset, out)
+    start = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    ckpt = common.resume_from(trainer, out)
+    assert ckpt is not None and ckpt.endswith("checkpoint-2")
+    saved = AutoModelForImageTextToText.from_pretrained(ckpt).state_dict()
+    now = trainer.model.state_dict()
+    assert set(now) == set(saved)
+    assert all(torch.equal(now[k], saved[k]) for k in now)
+    assert any(not torch.equal(start[k], now[k]) for k in now)  # the starting weights were replaced

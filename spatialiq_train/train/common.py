@@ -116,6 +116,33 @@ def last_checkpoint(output_dir: Path) -> str | None:
     return get_last_checkpoint(str(output_dir))
 
 
+def resume_from(trainer: Any, output_dir: Path) -> str | None:
+    """The newest checkpoint under `output_dir`, with the trainer's model weights restored from it.
+
+    transformers saves checkpoints under the original (hub) parameter names and renames them when a model
+    is loaded with `from_pretrained`, but `Trainer._load_from_checkpoint` reads the raw file, matches no key
+    of a Qwen2.5-VL model and silently keeps the phase's starting weights (optimizer, scheduler and step
+    would still resume). So full-model checkpoints are loaded here through `from_pretrained` and copied in
+    strictly, and the Trainer's own weight loading is skipped. LoRA adapters, DeepSpeed and FSDP checkpoints
+    keep the Trainer's own loading.
+    """
+    ckpt = last_checkpoint(output_dir)
+    if ckpt is None:
+        return None
+    full = any((Path(ckpt) / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json"))
+    if not full or getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+        return ckpt
+    from transformers import AutoModelForImageTextToText
+
+    model = trainer.model
+    dtype = next(model.parameters()).dtype
+    saved = AutoModelForImageTextToText.from_pretrained(ckpt, dtype=dtype)
+    model.load_state_dict(saved.state_dict(), strict=True)
+    del saved
+    trainer._load_from_checkpoint = lambda *args, **kwargs: log.info("model weights restored from %s", ckpt)
+    return ckpt
+
+
 def export_final(trainer: Any, processor: Any, out_dir: Path) -> Path:
     """Save the trained policy (merged if LoRA) and its processor as safetensors under `out_dir`."""
     model = trainer.accelerator.unwrap_model(trainer.model)

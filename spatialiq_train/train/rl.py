@@ -159,7 +159,7 @@ def run_rl(
     if train_dataset is None:
         train_dataset = load_split(d.traces_dir, d.rl_split, d.data_root, "rl", d.max_examples)
     trainer, processor = build_rl_trainer(recipe, model_path, train_dataset, out, rewards, callbacks)
-    resume = common.last_checkpoint(out)
+    resume = common.resume_from(trainer, out)
     if resume:
         log.info("resuming RL from %s", resume)
     trainer.train(resume_from_checkpoint=resume)

@@ -88,7 +88,7 @@ def run_sft(
     if train_dataset is None:
         train_dataset = load_split(d.traces_dir, d.sft_split, d.data_root, "sft", d.max_examples)
     trainer, processor = build_sft_trainer(recipe, model_path, train_dataset, out, eval_dataset, callbacks)
-    resume = common.last_checkpoint(out)
+    resume = common.resume_from(trainer, out)
     if resume:
         log.info("resuming SFT from %s", resume)
     trainer.train(resume_from_checkpoint=resume)
