@@ -18,7 +18,14 @@ _INT_REVERSED = re.compile(r"[0-9]+-?", re.ASCII)
 _MAX_DIGITS = 18  # longer digit runs are no answer (and int() of a huge run is slow or refused)
 _NON_RE_SPACE = "\x1c\x1d\x1e\x1f"  # ASCII characters str.isspace() accepts but re's ASCII \s does not
 _TOTAL_LINE = re.compile(r"the total is\s+(-?[0-9]+)\s*\+\s*(-?[0-9]+)\s*=\s*(-?[0-9]+)", re.ASCII | re.IGNORECASE)
-_COT_LINE = re.compile(r"\s*([0-9]{1,2})\)", re.ASCII)
+_COT_LINE_VALUE = re.compile(r"\s*([0-9]{1,2})\)(?:.*(?<![0-9])([0-9]+)[^0-9]*\Z|)", re.ASCII | re.DOTALL)
+"""A CoT line's label ``N)`` (group 1) and its last digit run (group 2; None when the rest has no digit).
+
+``.*`` runs to the end of the line and backtracks: positions after the last run fail at ``[0-9]+``, positions
+inside it at the look-behind, so the scan is linear and finds the run a reversed search would.
+"""
+_VALUE_LINE_KEYS = {f"{p}{n}": n for n in (*SCORED_COT_LINES, 10) for p in ("", "0") if len(f"{p}{n}") <= 2}
+"""CoT line labels whose value is read ("2".."10", "02".."09"), to their line numbers."""
 _BOX_TOKENS = ("<|begin_of_box|>", "<|end_of_box|>")
 
 
@@ -158,11 +165,15 @@ def _cot_lines(body: str) -> tuple[dict[int, int | None], tuple[int, int, int] |
     values: dict[int, int | None] = {}
     total: tuple[int, int, int] | None = None
     for line in body.splitlines():
-        m = _COT_LINE.match(line)
+        m = _COT_LINE_VALUE.match(line)  # one match per line: the CoT label and last_integer of the rest
         if m:
-            number = int(m.group(1))
-            if (number in SCORED_COT_LINES or number == 10) and number not in values:
-                values[number] = last_integer(line[m.end():])
+            number = _VALUE_LINE_KEYS.get(m.group(1))
+            if number is not None and number not in values:
+                digits = m.group(2)
+                if digits is None or len(digits) > _MAX_DIGITS:
+                    values[number] = None
+                else:
+                    values[number] = -int(digits) if line[m.start(2) - 1] == "-" else int(digits)
             continue
         if total is None and "total" in line.lower():
             t = _TOTAL_LINE.search(line)

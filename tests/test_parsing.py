@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spatialiq_train.parsing import (
+    answer_tag_contents,
     last_integer,
     parse_integer_answer,
     parse_trace,
@@ -112,3 +113,64 @@ def test_trace_self_consistency_is_answer_equals_visible_plus_hidden() -> None:
     assert parse_trace(text).self_consistent is False
     assert parse_trace("The total is 9 + 2 = 11.").self_consistent is True  # answer from the total line
     assert parse_trace("<answer>11</answer>").self_consistent is None
+
+
+# parse_trace as first written (before one regex per line replaced the match + last_integer pair).
+_REF_COT_LINE = re.compile(r"\s*([0-9]{1,2})\)", re.ASCII)
+_REF_TOTAL = re.compile(r"the total is\s+(-?[0-9]+)\s*\+\s*(-?[0-9]+)\s*=\s*(-?[0-9]+)", re.ASCII | re.IGNORECASE)
+_REF_LINES = {2: "task3", 3: "task4", 4: "task2", 5: "task9", 6: "task5", 7: "task7", 8: "task6", 9: "task8"}
+
+
+def ref_parse_trace(text: str) -> tuple[object, ...]:
+    values: dict[int, int | None] = {}
+    total = None
+    for line in text.splitlines():
+        m = _REF_COT_LINE.match(line)
+        if m:
+            number = int(m.group(1))
+            if (number in _REF_LINES or number == 10) and number not in values:
+                values[number] = ref_last_integer(line[m.end():])
+            continue
+        if total is None and "total" in line.lower():
+            t = _REF_TOTAL.search(line)
+            if t:
+                parts = [_ref_to_int(g) for g in t.groups()]
+                if None not in parts:
+                    total = tuple(parts)
+    answer, source = None, "missing"
+    for content in reversed(answer_tag_contents(text)):
+        value = ref_tag_integer(content)
+        if value is None:
+            value = ref_last_integer(content)
+        if value is not None:
+            answer, source = value, "tag"
+            break
+    if answer is None and total is not None:
+        answer, source = total[2], "total_line"
+    if answer is None:
+        answer = ref_last_integer(text)
+        source = "last_integer" if answer is not None else "missing"
+    return answer, source, {t: values.get(n) for n, t in _REF_LINES.items()}, values.get(10), total
+
+
+_COT_PIECES = st.sampled_from([
+    "2)", "6) ", "10)", " 9)", "02)", "1)", "11)", "123)", "\n", "\r\n", "\x0b", "\u2028", " ", "\t", ".", ": ",
+    "-", "--", "x", "0", "7", "42", "9" * 17, "9" * 19, "\u0663", "The total is ", "the TOTAL is\t", " + ", " = ", "+",
+    "=", "<answer>", "</answer>", "y" * 300,
+])
+_COT_TEXT = st.one_of(
+    st.lists(_COT_PIECES, max_size=40).map("".join),
+    st.text(max_size=120),
+    st.builds(lambda gt, cut, junk: fill_cot_template(gt)[:cut] + junk,
+              st.fixed_dictionaries({k: st.integers(0, 30) for k in (
+                  "task2", "task3", "task4", "task5", "task6", "task7", "task8", "task9", "num_hidden_blocks",
+                  "task_main")} | {"task1": st.just("blocks")}),
+              st.integers(0, 1000), st.lists(_COT_PIECES, max_size=6).map("".join)),
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=_COT_TEXT)
+def test_parse_trace_equals_its_first_implementation(text: str) -> None:
+    got = parse_trace(text)
+    assert (got.answer, got.answer_source, got.tasks, got.hidden, got.total_line) == ref_parse_trace(text)
