@@ -43,7 +43,8 @@ def sample(
     model: Path = typer.Option(..., "--model", help="Checkpoint folder (HF format, safetensors)."),
     data: Path = typer.Option(..., "--data", help="Dataset root (our layout or the released benchmark layout)."),
     out: Path = typer.Option(..., "--out", help="Completions JSONL (appended to; a rerun resumes)."),
-    split: str = typer.Option("benchmark", "--split", help="Sub-folder of --data to read when it exists."),
+    split: str = typer.Option("benchmark", "--split", help="Split folder of --data (train or benchmark); --data "
+                              "itself is read only when it has no split folder (the released layout)."),
     mode: str = typer.Option("from-trace", "--mode", help="from-trace or independent."),
     k: int = typer.Option(10, "--k", help="Completions per scene and task."),
     temperature: float = typer.Option(1.0, "--temperature"),
@@ -92,7 +93,7 @@ def score(
     data: Path = typer.Option(..., "--data", help="Dataset root the completions were sampled from."),
     out: Path = typer.Option(..., "--out", help="Output folder."),
     name: str = typer.Option(..., "--name", help="Responder name (used in file names and tables)."),
-    split: str = typer.Option("benchmark", "--split"),
+    split: str = typer.Option("benchmark", "--split", help="Split folder of --data, as for `eval sample`."),
     mode: str | None = typer.Option(None, "--mode", help="from-trace or independent (default: from the file)."),
     k: int | None = typer.Option(None, "--k", help="Samples per scene (default: the largest index in the file + 1)."),
     convention: str = typer.Option("dependent_given_prerequisite", "--convention",
