@@ -2,10 +2,12 @@
 
 Two passes per view (see ../shared/docs/notes/cpu-feasibility.md section 7):
 
-* beauty: path tracer (``max_depth`` 3: direct light plus one bounce) at ``spp`` multi-jittered samples per
-  pixel with a gaussian filter, converted to sRGB uint8. Blocks are diffuse: at 8 spp a diffuse block with a
-  multi-jittered sampler has about 2.4x less RMS noise than the benchmark's glossier preview surface with
-  independent samples (measured), and the wood texture and its darker border carry the look;
+* beauty: path tracer (``max_depth`` 3: direct light plus one bounce), ``spp`` passes of one independent
+  sample per pixel with a box filter, averaged in float64 in pass order and converted to sRGB uint8. One
+  sample per pixel per pass keeps every variant byte-deterministic (a multi-sample gaussian-filtered render
+  splats atomically into neighbouring pixels, and under llvm that made rare pixels differ between runs).
+  Blocks are diffuse (less noise at low spp than the benchmark's glossier preview surface), and the wood
+  texture and its darker border carry the look;
 * ids: the ``aov`` integrator's ``si:shape_index`` at 1 non-jittered sample per pixel centre with a box
   filter, so every pixel holds exactly one shape, mapped to the project's block ids.
 
@@ -144,10 +146,13 @@ def _sensor(mi: Any, camera: Camera, spp: int, exact_ids: bool) -> dict[str, Any
         "type": "perspective", "fov": camera.fov_deg, "fov_axis": "x", "near_clip": NEAR_CLIP, "far_clip": 1000.0,
         "to_world": T().look_at(origin=list(camera.position), target=list(camera.target), up=[0, 0, 1]),
         "film": {"type": "hdrfilm", "width": camera.resolution, "height": camera.resolution, "pixel_format": "rgb",
-                 "rfilter": {"type": "box" if exact_ids else "gaussian"}},
+                 "rfilter": {"type": "box"}},
     }
+    # Box filter and one sample per pixel per pass: every pixel is written by exactly one lane, so the image
+    # does not depend on the order in which threads splat (a gaussian filter's atomic splats into neighbouring
+    # pixels made llvm renders differ by one level in rare pixels between runs).
     sensor["sampler"] = ({"type": "stratified", "sample_count": 1, "jitter": False} if exact_ids
-                         else {"type": "multijitter", "sample_count": spp})
+                         else {"type": "independent", "sample_count": 1})
     return sensor
 
 
@@ -286,6 +291,16 @@ class MitsubaRenderer:
             values = np.array(dr.reinterpret_array(mi.UInt32, scene.shapes_dr()), dtype=np.int64)
         return ids_from_shape_index(si, values, shape_block_ids([s.id() for s in shapes], cols))
 
+    def _beauty(self, scene: Any, spec: SceneSpec) -> np.ndarray:
+        """``spp`` one-sample passes with their own seeds, averaged in a fixed order (deterministic everywhere)."""
+        total: np.ndarray | None = None
+        for p in range(self.spp):
+            seed = (int(spec.seed) * self.spp + p) & 0xFFFFFFFF
+            img = np.array(self._mi.render(scene, seed=seed, spp=1), dtype=np.float64)
+            total = img if total is None else total + img
+        assert total is not None
+        return total / self.spp
+
     def render_ids(self, spec: SceneSpec) -> np.ndarray:
         """The exact instance-id pass alone (cheap): (res, res) int32 block ids, -1 where no object."""
         _, cols = check_spec(spec)
@@ -298,8 +313,7 @@ class MitsubaRenderer:
         _, cols = check_spec(spec)
         try:
             scene = self._load(spec, beauty=True)
-            img = np.array(self._mi.render(scene, seed=int(spec.seed) & 0xFFFFFFFF, spp=self.spp))
-            rgb = materials.linear_to_srgb8(img[..., :3])
+            rgb = materials.linear_to_srgb8(self._beauty(scene, spec)[..., :3])
             ids = self._ids(scene, spec, cols)
         except Exception as exc:  # noqa: BLE001 - re-raised with the scene named
             raise RenderError(f"Mitsuba render failed for {_describe(spec)}: {exc}") from exc
