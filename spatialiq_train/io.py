@@ -17,6 +17,13 @@ def natural_key(relpath: str) -> tuple[tuple[int, str | int], ...]:
     return tuple((1, int(p)) if p.isdigit() else (0, p) for p in _NUMBER_RUN.split(relpath) if p)
 
 
+def _file_mode() -> int:
+    """0o666 less the process umask: the mode ``open(path, "w")`` would have given."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder, then rename.
 
@@ -28,6 +35,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, _file_mode())  # mkstemp creates 0600; outputs get the usual umask-based mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
