@@ -113,6 +113,11 @@ def _load_dotted(path: str) -> RewardFn:
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ValueError(f"reward {path!r}: module {module_name!r} has no callable {attr!r}")
+    # Only functions that a module registered as rewards: a dotted path must not reach arbitrary callables
+    # (``os:system`` would run completion text as a shell command).
+    if not any(fn is registered for registered in _REWARDS.values()):
+        raise ValueError(f"reward {path!r}: {attr!r} is not a registered reward; decorate it with "
+                         f"@reward.registry.register('<name>') in {module_name!r} (importing the module registers it)")
     return fn
 
 

@@ -314,6 +314,8 @@ def test_registry_names_and_errors() -> None:
         get_reward("no_such_module_xyz:fn")
     with pytest.raises(ValueError, match="no callable"):
         get_reward("reward.functions:missing")
+    with pytest.raises(ValueError, match="not a registered reward"):
+        get_reward("os:system")  # a dotted path reaches registered rewards only, never arbitrary callables
 
 
 def test_combinations() -> None:

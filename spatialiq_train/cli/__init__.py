@@ -34,5 +34,28 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DE
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
 
+USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError)
+"""Errors from bad input (missing or malformed files, bad values) that reach the top of a command: shown as one
+``error: ...`` line and exit status 1, with the traceback only under ``--verbose``. Our own error types
+(RecipeError, TraceError, GroundTruthError) are ValueErrors; RenderError and GenerationError are added by name."""
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from data_gen.generate import GenerationError
+    from data_gen.render.base import RenderError
+
+    return (*USER_ERRORS, GenerationError, RenderError)
+
+
 def main() -> None:
-    app()
+    """Console entry point: clean one-line errors for bad input, tracebacks only with --verbose."""
+    import sys
+
+    try:
+        app()
+    except _user_errors() as exc:
+        if "-v" in sys.argv[1:] or "--verbose" in sys.argv[1:]:
+            raise
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        typer.echo(f"error: {message} (rerun with --verbose for the traceback)", err=True)
+        raise SystemExit(1) from None
