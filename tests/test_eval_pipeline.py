@@ -308,6 +308,19 @@ def test_cli_score_fails_when_no_completion_matches(dataset: Path, tmp_path: Pat
     assert not (tmp_path / "s" / "metrics_x.json").exists()
 
 
+def test_cli_score_refuses_bad_inputs_before_writing(dataset: Path, tmp_path: Path) -> None:
+    out = _sample(dataset, tmp_path, SamplingConfig(k=1))
+    runner = CliRunner()
+    base = ["eval", "score", "--data", str(dataset), "--out", str(tmp_path / "s")]
+    missing = runner.invoke(app, [*base, "--completions", str(tmp_path / "nope.jsonl"), "--name", "x"])
+    assert missing.exit_code == 1 and "nope.jsonl: no such file" in missing.output
+    slash = runner.invoke(app, [*base, "--completions", str(out), "--name", "a/b"])
+    assert slash.exit_code == 1 and "--name 'a/b'" in slash.output
+    zero = runner.invoke(app, [*base, "--completions", str(out), "--name", "x", "--k", "0"])
+    assert zero.exit_code == 1 and "--k must be at least 1" in zero.output
+    assert not (tmp_path / "s").exists()
+
+
 def test_cli_errors_are_clean(tmp_path: Path) -> None:
     runner = CliRunner()
     (tmp_path / "raw").mkdir()

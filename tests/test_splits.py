@@ -122,3 +122,12 @@ def test_a_wrong_id_alone_fails_the_check(datasets_dir: Path, tmp_path: Path) ->
     assert len(report.problems) == 1 and str(scene_path) in report.problems[0]
     assert "0123456789abcdef" not in {r for ids in report.structures.values() for r in ids}
     assert CliRunner().invoke(app, ["check-splits", str(train)]).exit_code == 1
+
+
+def test_an_empty_folder_is_not_a_clean_dataset(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    res = CliRunner().invoke(app, ["check-splits", str(tmp_path)])
+    assert res.exit_code == 1 and "no generated dataset found" in res.output

@@ -109,9 +109,15 @@ def score(
 
     if mode not in (None, "from-trace", "independent"):
         raise _fail(f"--mode must be from-trace or independent, got {mode!r}")
+    if k is not None and k < 1:
+        raise _fail(f"--k must be at least 1 (or left out to use every sample in the file), got {k}")
+    if not name or name.strip(".") == "" or any(not (c.isalnum() or c in "._+-") for c in name):
+        raise _fail(f"--name {name!r}: use letters, digits and . _ + - only (it becomes part of file names)")
     try:
         conv = check_convention(convention)
         scenes = find_scenes(data, split)
+        if not completions.is_file():
+            raise FileNotFoundError(f"--completions {completions}: no such file (`spatialiq eval sample` writes it)")
         records = load_completions(completions)
     except (ValueError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from None

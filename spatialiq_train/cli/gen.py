@@ -91,6 +91,9 @@ def check_splits(dirs: list[Path] = typer.Argument(..., help="Generated dataset 
     except ValueError as exc:
         raise _fail(str(exc)) from None
     typer.echo(report.summary())
+    if report.records == 0:
+        raise _fail(f"no generated dataset found in {', '.join(map(str, dirs))} (expected scene.json files under "
+                    "<dir>/train or <dir>/benchmark, or parquet shards under <dir>/data)")
     for leak in report.leaks:
         typer.echo(f"LEAK {leak}", err=True)
     for problem in report.problems:
