@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+def _steps_or_epochs(value: int) -> int:
+    if value == 0 or value < -1:
+        raise ValueError("must be a positive number of steps, or -1 to train for num_train_epochs")
+    return value
+
+
+MaxSteps = Annotated[int, AfterValidator(_steps_or_epochs)]
+"""``max_steps``: a positive step budget, or -1 (transformers' convention) to train by epochs."""
 
 
 class RecipeError(ValueError):
@@ -66,7 +76,7 @@ class SFTSection(_Section):
     warmup_steps: float = Field(0.03, ge=0)
     """Below 1: fraction of the total steps; from 1: a number of steps."""
     num_train_epochs: float = Field(1.0, gt=0)
-    max_steps: int = -1
+    max_steps: MaxSteps = -1
     per_device_train_batch_size: int = Field(1, gt=0)
     gradient_accumulation_steps: int = Field(8, gt=0)
     max_length: int | None = None
@@ -102,7 +112,7 @@ class RLSection(_Section):
     lr_scheduler_type: str = "constant_with_warmup"
     warmup_steps: float = Field(10, ge=0)
     num_train_epochs: float = Field(1.0, gt=0)
-    max_steps: int = -1
+    max_steps: MaxSteps = -1
     per_device_train_batch_size: int = Field(4, gt=0)
     gradient_accumulation_steps: int = Field(4, gt=0)
     steps_per_generation: int | None = Field(None, gt=0)

@@ -134,3 +134,10 @@ def test_cli_validate_checks_reward_names_against_the_registry(tmp_path: Path) -
                               "--set", "reward.weights={formatt: 1.0}"])
     assert res.exit_code != 0
     assert "reward.weights.formatt" in res.output and "integer_distance" in res.output
+
+
+@pytest.mark.parametrize("value", [0, -8])
+def test_max_steps_is_positive_or_minus_one(value: int) -> None:
+    with pytest.raises(RecipeError, match="sft.max_steps"):
+        load_recipe(RECIPES / "tiny_cpu.yaml", [f"sft.max_steps={value}"])
+    assert load_recipe(RECIPES / "tiny_cpu.yaml", ["rl.max_steps=-1"]).rl.max_steps == -1
