@@ -74,3 +74,17 @@ def resolve_inside(root: str | Path, relpath: str | Path) -> Path:
     if full != root_p and root_p not in full.parents:
         raise ValueError(f"path {str(relpath)!r} escapes the dataset root {root}")
     return full
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_model_source(value: str | Path, what: str) -> str:
+    """A checkpoint folder that exists, or something shaped like a hub id (``org/name``); else a clear error.
+
+    Without this, a mistyped local path reaches transformers and comes back as a misleading hub error.
+    """
+    text = str(value)
+    if Path(text).exists() or (not text.startswith((".", "/", "~")) and _HUB_ID.fullmatch(text)):
+        return text
+    raise FileNotFoundError(f"{what} {text}: no such checkpoint folder (and not a hub id of the form org/name)")

@@ -52,3 +52,13 @@ def test_resolve_inside_rejects_escapes(tmp_path: Path) -> None:
     (tmp_path / "root" / "link").symlink_to(tmp_path)
     with pytest.raises(ValueError, match="escapes"):
         resolve_inside(tmp_path / "root", "link/other")
+
+
+def test_check_model_source_accepts_folders_and_hub_ids_only(tmp_path: Path) -> None:
+    from spatialiq_train.io import check_model_source
+
+    assert check_model_source(tmp_path, "--model") == str(tmp_path)
+    assert check_model_source("Qwen/Qwen2.5-VL-7B-Instruct", "--model") == "Qwen/Qwen2.5-VL-7B-Instruct"
+    for bad in (tmp_path / "missing", "./runs/final", "runs/sft/final"):
+        with pytest.raises(FileNotFoundError, match="rl.init_from .*no such checkpoint folder"):
+            check_model_source(bad, "rl.init_from")

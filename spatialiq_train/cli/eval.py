@@ -67,6 +67,7 @@ def sample(
     from eval.engines import VLLMEngine, make_engine
     from eval.sample import SamplingConfig, run_sampling
     from eval.scenes import find_scenes
+    from spatialiq_train.io import check_model_source
 
     try:
         config = SamplingConfig(mode=mode, k=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
@@ -77,8 +78,9 @@ def sample(
     except (ValidationError, ValueError, KeyError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from None
     try:
+        check_model_source(model, "--model")
         gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device)
-    except (RuntimeError, ValueError) as exc:
+    except (RuntimeError, ValueError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from None
     if batch_size is None:
         config = config.model_copy(update={"batch_size": 256 if isinstance(gen_engine, VLLMEngine) else 4})

@@ -150,12 +150,15 @@ def run_rl(
 ) -> Path:
     """Train (resuming from the newest checkpoint under `output_dir`) and export to `final_dir`
     (default `output_dir/final`). The policy starts from `model_path`, else `rl.init_from`, else the base model."""
+    from spatialiq_train.io import check_model_source
     from spatialiq_train.train.data import load_split
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     d = recipe.data
-    model_path = model_path or recipe.rl.init_from or common.ensure_base_model(recipe, out)
+    if model_path is None and recipe.rl.init_from is not None:
+        model_path = check_model_source(recipe.rl.init_from, "rl.init_from")
+    model_path = model_path or common.ensure_base_model(recipe, out)
     if train_dataset is None:
         train_dataset = load_split(d.traces_dir, d.rl_split, d.data_root, "rl", d.max_examples)
     trainer, processor = build_rl_trainer(recipe, model_path, train_dataset, out, rewards, callbacks)
