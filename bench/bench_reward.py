@@ -81,6 +81,10 @@ ADVERSARIAL: dict[str, str] = {
     "think/close soup": "<think>" * 70_000 + "</answer>" * 50_000,
     "non-ASCII digits": "\u0663" * 1_000_000,
     "one valid pair at the end": "x" * 1_000_000 + "<answer>12</answer>",
+    "1M newlines": "\n" * 1_000_000,
+    "200k labelled lines": "2) 5\n" * 200_000,
+    "55k answer pairs": "<answer>1</answer>" * 55_000,
+    "500k CRLF": "\r\n" * 500_000,
 }
 
 

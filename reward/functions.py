@@ -28,7 +28,14 @@ from typing import Any
 
 from reward.errors import record_error
 from reward.registry import register, register_combination, register_factory
-from spatialiq_train.parsing import ANSWER_CLOSE, ANSWER_OPEN, parse_trace, tag_integer, trace_self_consistent
+from spatialiq_train.parsing import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    parse_cot_lines,
+    parse_trace,
+    tag_integer,
+    trace_self_consistent,
+)
 from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES
 
 _OPEN_LEN = len(ANSWER_OPEN)
@@ -114,8 +121,8 @@ def stepwise_score(completion: str, truth: dict[str, Any]) -> float:
     ``truth`` maps the :data:`STEPWISE_FIELDS` to integers; fields whose truth is None are left out
     of ``n``; with none left the score is 0.
     """
-    parsed = parse_trace(_text(completion))
-    said = {**parsed.tasks, "num_hidden_blocks": parsed.hidden}
+    tasks, hidden, _ = parse_cot_lines(_text(completion))
+    said = {**tasks, "num_hidden_blocks": hidden}
     n = hits = 0
     for field in STEPWISE_FIELDS:
         gt = truth.get(field)

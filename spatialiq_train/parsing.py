@@ -161,10 +161,16 @@ class ParsedTrace:
         return trace_self_consistent(self.answer, self.total_line)
 
 
+COT_WINDOW = 16 * 1024
+"""Characters of a completion searched for CoT lines and the total line. A 1024-token completion is a few KiB,
+so real traces fit with room to spare, and a megabyte of adversarial text costs no more than 16 KiB of lines
+(the answer tag and the last-integer fallback still read the whole text)."""
+
+
 def _cot_lines(body: str) -> tuple[dict[int, int | None], tuple[int, int, int] | None]:
     values: dict[int, int | None] = {}
     total: tuple[int, int, int] | None = None
-    for line in body.splitlines():
+    for line in body[:COT_WINDOW].splitlines():
         m = _COT_LINE_VALUE.match(line)  # one match per line: the CoT label and last_integer of the rest
         if m:
             number = _VALUE_LINE_KEYS.get(m.group(1))
@@ -182,6 +188,16 @@ def _cot_lines(body: str) -> tuple[dict[int, int | None], tuple[int, int, int] |
                 if None not in parts:
                     total = (parts[0], parts[1], parts[2])  # type: ignore[assignment]
     return values, total
+
+
+def parse_cot_lines(text: str) -> tuple[dict[str, int | None], int | None, tuple[int, int, int] | None]:
+    """Only the trace's lines: (sub-task values of lines 2..9 by task id, line 10, the total line). Never raises.
+
+    What :func:`parse_trace` reports for these, without looking for the final answer (cheaper for rewards that
+    score the lines alone).
+    """
+    values, total = _cot_lines(text) if isinstance(text, str) else ({}, None)
+    return {COT_LINE_TASKS[n]: values.get(n) for n in SCORED_COT_LINES}, values.get(10), total
 
 
 def parse_trace(text: str) -> ParsedTrace:

@@ -174,3 +174,24 @@ _COT_TEXT = st.one_of(
 def test_parse_trace_equals_its_first_implementation(text: str) -> None:
     got = parse_trace(text)
     assert (got.answer, got.answer_source, got.tasks, got.hidden, got.total_line) == ref_parse_trace(text)
+
+
+def test_cot_lines_are_read_from_the_window_only() -> None:
+    from spatialiq_train.parsing import COT_WINDOW
+
+    lines = "2) The number of columns in the object structure is: 7.\nThe total is 1 + 2 = 3.\n"
+    late = "x\n" * (COT_WINDOW // 2) + lines
+    parsed = parse_trace(late)
+    assert parsed.tasks["task3"] is None and parsed.total_line is None
+    assert parsed.answer == 3 and parsed.answer_source == "last_integer"  # the fallbacks still read everything
+    early = "2) The number of columns in the object structure is: 7.\n" + "x\n" * COT_WINDOW
+    assert parse_trace(early).tasks["task3"] == 7
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_COT_TEXT)
+def test_parse_cot_lines_agrees_with_parse_trace(text: str) -> None:
+    from spatialiq_train.parsing import parse_cot_lines
+
+    full = parse_trace(text)
+    assert parse_cot_lines(text) == (full.tasks, full.hidden, full.total_line)
