@@ -176,8 +176,8 @@ def _importable(module: str) -> bool:
 
 def _missing(cfg: GenConfig, reason: str) -> GenerationError:
     extra = _RENDER_MODULES[cfg.renderer][1]
-    return GenerationError(f"--renderer {cfg.renderer} is unavailable ({reason}); install it with: "
-                           f"pip install -e '.[{extra}]'")
+    hint = "" if "pip install" in reason else f"; install it with: pip install -e '.[{extra}]'"
+    return GenerationError(f"--renderer {cfg.renderer} is unavailable ({reason}){hint}")
 
 
 def _resolve_variant(cfg: GenConfig) -> str | None:

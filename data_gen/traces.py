@@ -203,8 +203,11 @@ def output_file(view: ViewGT) -> tuple[str, ...]:
 def check_options(kind: str, tasks: Sequence[str], mask_final_answer: str | None) -> list[str]:
     """Validate the trace options; returns the task ids to build (canonical names)."""
     if kind not in KINDS:
-        raise ValueError(f"unknown trace kind {kind!r}; valid: {', '.join(KINDS)}")
-    task_ids = [get_task(t).id for t in tasks]
+        raise ValueError(f"--kind: unknown trace kind {kind!r}; valid: {', '.join(KINDS)}")
+    try:
+        task_ids = [get_task(t).id for t in tasks]
+    except KeyError as exc:
+        raise ValueError(f"--tasks: {exc.args[0]}") from None
     if not task_ids:
         raise ValueError("--tasks needs at least one task id")
     if kind == "cot" and task_ids != ["task_main"]:

@@ -224,7 +224,7 @@ def test_images_required_and_option_errors(tmp_path: Path) -> None:
         build_traces(views, "cot", tasks=["task3"])
     with pytest.raises(ValueError, match="cot only"):
         build_traces(views, "plain", mask_final_answer="X")
-    with pytest.raises(KeyError, match="unknown task"):
+    with pytest.raises(ValueError, match="--tasks: unknown task"):
         build_traces(views, "plain", tasks=["task99"])
 
 

@@ -72,7 +72,6 @@ def get_renderer(name: str, **options: object) -> Renderer:
     try:
         return cls(**options)
     except ImportError as exc:
-        raise ImportError(
-            f"renderer {name!r} needs an optional dependency that is not installed ({exc}); "
-            f"install it with: pip install -e '.[{extra}]'"
-        ) from exc
+        hint = "" if "pip install" in str(exc) else f"; install it with: pip install -e '.[{extra}]'"
+        message = f"renderer {name!r} needs an optional dependency that is not installed ({exc}){hint}"
+        raise ImportError(message) from exc
