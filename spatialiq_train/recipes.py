@@ -275,11 +275,19 @@ def recipe_from_dict(data: dict[str, Any], source: str = "<recipe>") -> Recipe:
         raise RecipeError(_describe(exc, source)) from None
 
 
+SHIPPED_RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+"""The repository's recipes/ folder (present in a source checkout or editable install)."""
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Load `path` (YAML), apply dotted overrides and validate."""
+    """Load `path` (YAML; or the name of a shipped recipe, e.g. `dapo_tight_7b`), apply dotted overrides, validate."""
     p = Path(path)
+    shipped = SHIPPED_RECIPES / f"{p.name}.yaml"
+    if not p.is_file() and p.suffix == "" and len(p.parts) == 1 and shipped.is_file():
+        p = shipped
     if not p.is_file():
-        raise RecipeError(f"recipe file {p} does not exist (recipes live in recipes/*.yaml)")
+        names = ", ".join(sorted(f.stem for f in SHIPPED_RECIPES.glob("*.yaml")))
+        raise RecipeError(f"recipe file {p} does not exist (a YAML path, or a shipped recipe name: {names})")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:

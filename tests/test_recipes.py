@@ -141,3 +141,9 @@ def test_max_steps_is_positive_or_minus_one(value: int) -> None:
     with pytest.raises(RecipeError, match="sft.max_steps"):
         load_recipe(RECIPES / "tiny_cpu.yaml", [f"sft.max_steps={value}"])
     assert load_recipe(RECIPES / "tiny_cpu.yaml", ["rl.max_steps=-1"]).rl.max_steps == -1
+
+
+def test_a_shipped_recipe_loads_by_name() -> None:
+    assert load_recipe("dapo_tight_7b").name == load_recipe(RECIPES / "dapo_tight_7b.yaml").name
+    with pytest.raises(RecipeError, match="shipped recipe name: .*tiny_cpu"):
+        load_recipe("dapo_tight_9b")
