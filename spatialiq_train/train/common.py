@@ -143,6 +143,16 @@ def resume_from(trainer: Any, output_dir: Path) -> str | None:
     return ckpt
 
 
+def train_and_export(trainer: Any, processor: Any, output_dir: Path, final_dir: Path | None, phase: str) -> Path:
+    """Resume from the newest checkpoint under `output_dir` (weights included), train, export to `final_dir`
+    (default `output_dir/final`). The common tail of every training phase."""
+    resume = resume_from(trainer, output_dir)
+    if resume:
+        log.info("resuming %s from %s", phase, resume)
+    trainer.train(resume_from_checkpoint=resume)
+    return export_final(trainer, processor, final_dir if final_dir is not None else output_dir / "final")
+
+
 def export_final(trainer: Any, processor: Any, out_dir: Path) -> Path:
     """Save the trained policy (merged if LoRA) and its processor as safetensors under `out_dir`."""
     model = trainer.accelerator.unwrap_model(trainer.model)

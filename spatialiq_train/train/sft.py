@@ -88,8 +88,4 @@ def run_sft(
     if train_dataset is None:
         train_dataset = load_split(d.traces_dir, d.sft_split, d.data_root, "sft", d.max_examples)
     trainer, processor = build_sft_trainer(recipe, model_path, train_dataset, out, eval_dataset, callbacks)
-    resume = common.resume_from(trainer, out)
-    if resume:
-        log.info("resuming SFT from %s", resume)
-    trainer.train(resume_from_checkpoint=resume)
-    return common.export_final(trainer, processor, Path(final_dir) if final_dir else out / "final")
+    return common.train_and_export(trainer, processor, out, Path(final_dir) if final_dir else None, "SFT")
