@@ -22,13 +22,10 @@ import numpy as np
 from data_gen.camera import LEAF_VIEWS, RESOLUTION, LeafView, leaf_camera
 from data_gen.raycast import cast, visible_set
 from data_gen.structure import Block, as_height_map, structure_id, support_closure
+from spatialiq_train.dataset import GT_INT_FIELDS, GroundTruthError
 
 TASK1_ANSWER = "blocks"
 """task1 is always the literal ``"blocks"``, whatever the object type (spec 7.1 item 5)."""
-
-
-class GroundTruthError(ValueError):
-    """A ground-truth invariant does not hold; the message names the structure, the leaf and the relation."""
 
 
 def exact_visible_sets(
@@ -161,10 +158,7 @@ def view_truth(
     return gt
 
 
-_INT_FIELDS = (
-    "view_idx", "task_main", "task2", "task3", "task4", "total_blocks", "num_hidden_blocks", "num_columns",
-    "num_layers", "task5", "task6", "task7", "task8", "task9", "task10", "task11",
-)
+_INT_FIELDS = ("view_idx", *GT_INT_FIELDS)
 
 
 def count_relations(gt: Mapping[str, Any]) -> list[tuple[str, bool]]:
@@ -208,7 +202,8 @@ def _list_relations(gt: Mapping[str, Any]) -> list[tuple[str, bool]]:
 
 
 def check_invariants(gt: Mapping[str, Any], structure_id: str, leaf: LeafView) -> None:
-    """Check one gt dict against the invariants of section 4.3; a violation raises :class:`GroundTruthError`."""
+    """Check one freshly generated gt dict against the invariants of section 4.3 (a generation self-check; a gt.json
+    read from disk is checked by ``spatialiq_train.dataset.validate_gt``); a violation raises GroundTruthError."""
     where = f"structure {structure_id}, leaf {leaf.relpath}"
     missing = [key for key in (*_INT_FIELDS, "task1", "visible_blocks") if key not in gt]
     if missing:

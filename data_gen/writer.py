@@ -20,13 +20,8 @@ import numpy as np
 
 from data_gen import layout
 from data_gen.camera import LeafView
+from spatialiq_train.dataset import GT_INT_FIELDS
 from spatialiq_train.io import atomic_write_bytes, atomic_write_json
-
-INT_GT_FIELDS: tuple[str, ...] = (
-    "task_main", "task2", "task3", "task4", "total_blocks", "num_hidden_blocks", "num_columns", "num_layers",
-    "task5", "task6", "task7", "task8", "task9", "task10", "task11",
-)
-"""Integer ground-truth fields of gt.json (benchmark-spec 4.2), each a parquet column."""
 
 _V = {"_type": "Value"}
 _INT_LIST_LIST = {"feature": {"feature": {"dtype": "int64", **_V}, "_type": "Sequence"}, "_type": "Sequence"}
@@ -46,7 +41,7 @@ COLUMNS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("dist", {"dtype": "float64", **_V}),
     ("object_type", {"dtype": "string", **_V}),
     ("task1", {"dtype": "string", **_V}),
-    *((name, {"dtype": "int64", **_V}) for name in INT_GT_FIELDS),
+    *((name, {"dtype": "int64", **_V}) for name in GT_INT_FIELDS),
     ("visible_blocks", _INT_LIST_LIST),
     ("height_map", _INT_LIST_LIST),
     ("camera", {"dtype": "string", **_V}),
@@ -138,7 +133,7 @@ def view_row(
         "dist": float(gt["dist"]),
         "object_type": gt["object_type"],
         "task1": gt["task1"],
-        **{name: int(gt[name]) for name in INT_GT_FIELDS},
+        **{name: int(gt[name]) for name in GT_INT_FIELDS},
         "visible_blocks": [list(map(int, b)) for b in gt["visible_blocks"]],
         "height_map": scene["height_map"],
         "camera": json.dumps(gt["camera"], sort_keys=True) if "camera" in gt else None,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from spatialiq_train import prompts
+from spatialiq_train.dataset import COT_FIELDS
 
 Dialect = Literal["training", "type1"]
 DIALECTS: tuple[Dialect, ...] = ("training", "type1")
@@ -93,12 +94,6 @@ def build_prompt(task_id: str, dialect: Dialect = "training") -> str:
             {"CRITICAL_INSTRUCTION": prompts.TYPE1_CRITICAL_INSTRUCTION, "DEFINITIONS": prompts.TYPE1_DEFINITIONS}
         )
     raise ValueError(f"unknown prompt dialect {dialect!r}; valid: {', '.join(DIALECTS)}")
-
-
-COT_FIELDS: tuple[str, ...] = (
-    "task1", "task2", "task3", "task4", "task5", "task6", "task7", "task8", "task9", "num_hidden_blocks", "task_main",
-)
-"""gt.json fields the CoT template reads."""
 
 
 def fill_cot_template(gt: dict[str, object], mask_final_answer: str | None = None) -> str:
