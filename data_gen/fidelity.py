@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_gen import layout
+from spatialiq_train.dataset import iter_views
 
 REFERENCE_RELPATH = "../shared/fixtures/paper_outputs/raw/eval_raw_qwen_text.csv"
 """The released per-view CSV, relative to the repository root (``../shared`` sits beside it)."""
@@ -87,43 +87,14 @@ def load_reference(path: str | Path) -> Views:
 
 
 def load_generated(dataset: str | Path, split: str = "benchmark") -> Views:
-    """Per-view values of one split of a generated dataset (parquet rows, else the gt.json files)."""
-    root = Path(dataset)
-    shards = sorted((root / layout.DATA_DIR).glob(f"{split}-*.parquet"))
+    """Per-view values of one split of a generated dataset (its gt.json files, else its parquet rows)."""
     values: dict[str, list[int]] = {f: [] for f in FIELDS}
     structures: list[str] = []
-    if shards:
-        import pyarrow.parquet as pq
-
-        for shard in shards:
-            try:
-                table = pq.read_table(shard, columns=[*FIELDS, "structure_id"]).to_pydict()
-            except Exception as exc:  # noqa: BLE001 - pyarrow raises several types; name the file
-                raise ValueError(f"{shard}: cannot read columns {[*FIELDS, 'structure_id']}: {exc}") from exc
-            structures.extend(table["structure_id"])
-            for f in FIELDS:
-                values[f].extend(table[f])
-    else:
-        for scene_path in layout.iter_scene_files(root / split):
-            for loc in layout.iter_leaf_dirs(scene_path.parent):
-                gt = layout.read_gt(loc.path)
-                structures.append(str(scene_path.parent))
-                for f in FIELDS:
-                    values[f].append(_gt_int(gt, f, loc.path / layout.GT_FILE))
-    if not structures:
-        raise ValueError(f"{root}: no {split} views found (looked in {layout.DATA_DIR}/{split}-*.parquet and "
-                         f"{split}/level_1/sample_*/)")
+    for view in iter_views(dataset, split, required=FIELDS, images=False):
+        structures.append(view.structure_id)
+        for f in FIELDS:
+            values[f].append(view.gt[f])
     return Views({f: np.asarray(v) for f, v in values.items()}, np.asarray(structures))
-
-
-def _gt_int(gt: Mapping[str, object], key: str, path: Path) -> int:
-    """``gt[key]`` as an int; a missing or non-integer value is a ValueError naming the file and key."""
-    if key not in gt:
-        raise ValueError(f"{path}: key {key!r} missing; expected a gt.json written by spatialiq gen")
-    value = gt[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{path}: key {key!r} must be an integer, got {value!r}")
-    return value
 
 
 def _pmf(x: np.ndarray, support: np.ndarray) -> np.ndarray:

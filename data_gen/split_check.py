@@ -17,7 +17,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_gen import layout, splits, structure
+from data_gen import splits, structure
+from spatialiq_train.dataset import (
+    DatasetNotFoundError,
+    iter_scene_files,
+    iter_shard_rows,
+    parquet_shards,
+    read_scene,
+    split_of_path,
+)
 
 
 @dataclass(frozen=True)
@@ -65,28 +73,22 @@ def scene_records(root: Path, problems: list[str] | None = None) -> Iterator[Rec
     The structure id is always recomputed from ``height_map`` (a recorded id is never trusted); a recorded
     ``structure_id`` that differs is appended to ``problems``, naming the file.
     """
-    for path in layout.iter_scene_files(root):
-        scene = layout.read_scene(path)
+    for path in iter_scene_files(root):
+        scene = read_scene(path)
         sid = structure.structure_id(scene["height_map"])
         recorded = scene.get("structure_id")
         if recorded is not None and recorded != sid and problems is not None:
             problems.append(f"{path}: recorded structure_id {recorded!r} differs from {sid!r}, the id of its "
                             "height_map (the file was edited or copied from elsewhere)")
-        yield Record(sid, layout.split_of_path(root, path), str(path.parent))
+        yield Record(sid, split_of_path(root, path), str(path.parent))
 
 
 def parquet_records(root: Path) -> Iterator[Record]:
     """Records from the parquet rows under ``root/data`` (one per distinct structure, split and partitions)."""
-    import pyarrow.parquet as pq
-
-    for path in sorted((root / layout.DATA_DIR).glob("*.parquet")):
-        cols = ["structure_id", "split", "trainval", "dapo", "view"]
-        try:
-            table = pq.read_table(path, columns=cols).to_pydict()
-        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types; name the file
-            raise ValueError(f"{path}: cannot read columns {cols}: {exc}") from exc
+    for path in parquet_shards(root):
         seen: set[tuple] = set()
-        for sid, split, tv, dapo, view in zip(*(table[c] for c in cols), strict=True):
+        for row in iter_shard_rows(path, columns=["structure_id", "split", "trainval", "dapo", "view"]):
+            sid, split, tv, dapo, view = row["structure_id"], row["split"], row["trainval"], row["dapo"], row["view"]
             parts = tuple((k, v) for k, v in (("trainval", tv), ("dapo", dapo)) if v is not None)
             key = (sid, split, parts)
             if key not in seen:
@@ -126,13 +128,13 @@ def find_leaks(records: Iterable[Record]) -> list[Leak]:
 
 
 def check_splits(dirs: Iterable[str | Path]) -> SplitReport:
-    """Read every structure of the given datasets and report leaks; a missing directory is a ValueError."""
+    """Read every structure of the given datasets and report leaks; a missing directory is a DatasetNotFoundError."""
     records: list[Record] = []
     problems: list[str] = []
     for d in dirs:
         root = Path(d)
         if not root.is_dir():
-            raise ValueError(f"{root}: not a directory (expected a dataset written by spatialiq gen)")
+            raise DatasetNotFoundError(f"{root}: not a directory (expected a dataset written by spatialiq gen)")
         records.extend(scene_records(root, problems))
         records.extend(parquet_records(root))
     report = SplitReport(records=len(records), problems=problems)

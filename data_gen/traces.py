@@ -1,11 +1,13 @@
 """SFT-plain and SFT-CoT traces: chat-format JSONL records built from per-view ground truth.
 
-Reads the per-view layout ``<data>/<split>/level_1/sample_NNNNN/view_VV/<leaf>/gt.json`` (with
-``scene.json`` in the sample folder and ``view.png`` beside ``gt.json``), or the released
-benchmark, which has no split folder and no ``structure_id``: there the group id is the path of
-the nearest ``sample_\\d+`` ancestor (benchmark-spec 6.3). Records of the train split go to
-``train``/``val`` (trainval partition) and ``warmup``/``rl`` (dapo partition), those of the
-benchmark split to ``benchmark``, all decided by structure (``data_gen.splits``).
+Views come from ``spatialiq_train.dataset.iter_views``: the per-view layout
+``<data>/<split>/level_1/sample_NNNNN/view_VV/<leaf>/gt.json`` (``scene.json`` in the sample folder,
+``view.png`` beside ``gt.json``), the parquet shards ``<data>/data/<split>-*.parquet`` of a dataset
+without leaf folders (same records: the ``view`` column is the leaf folder path), or the released
+benchmark, which has no split folder and no ``structure_id``: there the group id is the path of the
+sample folder (benchmark-spec 6.3). Records of the train split go to ``train``/``val`` (trainval
+partition) and ``warmup``/``rl`` (dapo partition), those of the benchmark split to ``benchmark``, all
+decided by structure (``data_gen.splits``).
 
 Targets: SFT-plain is ``<answer>{value}</answer>`` (the released ``prepare_data.py`` wrote the
 bare integer; the tags make the plain model scorable by the gated reward exactly like CoT models).
@@ -17,13 +19,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from data_gen.layout import IMAGE_FILE, SAMPLE_DIR_RE, SCENE_FILE, find_gt_files
 from data_gen.splits import SPLITS, partition_of
-from spatialiq_train.io import atomic_write_text, natural_key, read_json  # noqa: F401 - natural_key re-exported
+from spatialiq_train.dataset import REWARD_FIELDS, DatasetError, View, iter_views  # REWARD_FIELDS: also read from here
+from spatialiq_train.io import atomic_write_text
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.tasks import COT_FIELDS, Dialect, build_prompt, fill_cot_template, get_task
 
@@ -35,105 +36,21 @@ TRAIN_FILES: tuple[str, ...] = ("train", "val", "warmup", "rl")
 BENCHMARK_FILE = "benchmark"
 TRACE_FILES: tuple[str, ...] = (*TRAIN_FILES, BENCHMARK_FILE)
 """Every trace file name (``<name>.jsonl``) ``write_traces`` writes, or removes when a run writes no such file."""
-REWARD_FIELDS: tuple[str, ...] = (
-    "task2", "task3", "task4", "task5", "task6", "task7", "task8", "task9", "num_hidden_blocks", "task_main",
-)
-"""Ground-truth fields copied onto every record for the rewards (stepwise needs task2..9 and the hidden count)."""
 SKIPPED_PLAIN_TASKS: tuple[str, ...] = ("task10", "task11")
 """Two-image tasks: the single-image trace pipeline skips them, as the release does."""
 
-_INT_FIELDS: tuple[str, ...] = (*REWARD_FIELDS, "task10", "task11")
 
-
-@dataclass(frozen=True)
-class ViewGT:
-    """One leaf view: where it is, which structure it shows, and its ground truth."""
-
-    view: str
-    """Leaf folder relative to the data root (POSIX separators)."""
-    structure_id: str
-    split: str
-    gt: dict[str, Any]
-    has_image: bool
-
-    @property
-    def image(self) -> str:
-        return f"{self.view}/{IMAGE_FILE}"
-
-
-def validate_gt(gt: Any, path: Path) -> dict[str, Any]:
-    """Check the fields traces and rewards read; an error names the file, the key and what is expected."""
-    if not isinstance(gt, dict):
-        raise ValueError(f"{path}: expected a JSON object of ground-truth fields, got {type(gt).__name__}")
-    if gt.get("task_main") is None:
-        raise ValueError(f"{path}: key 'task_main' is missing or null; every view needs its total")
-    for key in _INT_FIELDS:
-        value = gt.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"{path}: key {key!r} must be an integer or null, got {value!r}")
-    if gt.get("task1") is not None and not isinstance(gt["task1"], str):
-        raise ValueError(f"{path}: key 'task1' must be a string or null, got {gt['task1']!r}")
-    return gt
-
-
-def structure_of(leaf_rel: Path, data_root: Path, cache: dict[str, str]) -> str:
-    """The structure id of a leaf: ``scene.json``'s ``structure_id`` in the nearest ``sample_N`` folder,
-    else that folder's path relative to the data root, else (no such folder) the leaf path itself."""
-    parts = leaf_rel.parts
-    for i in range(len(parts) - 1, -1, -1):
-        if SAMPLE_DIR_RE.match(parts[i]):
-            sample_rel = Path(*parts[: i + 1]).as_posix()
-            if sample_rel not in cache:
-                cache[sample_rel] = _sample_structure_id(data_root / sample_rel, sample_rel)
-            return cache[sample_rel]
-    return leaf_rel.as_posix()
-
-
-def _sample_structure_id(sample_dir: Path, sample_rel: str) -> str:
-    scene_path = sample_dir / SCENE_FILE
-    if not scene_path.is_file():
-        return sample_rel
-    scene = read_json(scene_path)
-    sid = scene.get("structure_id") if isinstance(scene, dict) else None
-    if sid is None:
-        return sample_rel
-    if not isinstance(sid, str) or not sid:
-        raise ValueError(f"{scene_path}: key 'structure_id' must be a non-empty string, got {sid!r}")
-    return sid
-
-
-def split_of_view(leaf_rel: Path, forced: str | None) -> str:
-    """The split folder a leaf sits in (its first path component), or ``forced``."""
-    if forced is not None:
-        return forced
-    head = leaf_rel.parts[0] if len(leaf_rel.parts) > 1 else ""
-    if head not in SPLITS:
-        raise ValueError(
-            f"{leaf_rel.as_posix()}: the data root should hold split folders {', '.join(SPLITS)}; "
-            "for other layouts (e.g. the released benchmark) pass --split train|benchmark"
-        )
-    return head
-
-
-def load_views(data_root: Path, split: str | None = None) -> list[ViewGT]:
-    """Every leaf view under ``data_root`` with its ground truth, in natural path order."""
+def load_views(data_root: Path, split: str | None = None) -> list[View]:
+    """Every leaf view under ``data_root`` (leaf folders, else parquet shards) with its ground truth, in natural
+    path order; ``split`` reads only that split folder, or labels every view of a root without split folders."""
     if split is not None and split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
-    if not data_root.is_dir():
-        raise ValueError(f"data root {data_root} is not a folder")
-    cache: dict[str, str] = {}
-    views = []
-    for gt_path in find_gt_files(data_root):
-        leaf_rel = gt_path.parent.relative_to(data_root)
-        gt = validate_gt(read_json(gt_path), gt_path)
-        views.append(
-            ViewGT(
-                view=leaf_rel.as_posix(),
-                structure_id=structure_of(leaf_rel, data_root, cache),
-                split=split_of_view(leaf_rel, split),
-                gt=gt,
-                has_image=(gt_path.parent / IMAGE_FILE).is_file(),
-            )
+        raise DatasetError(f"--split: unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    views = list(iter_views(data_root, split, images=False))
+    unlabelled = next((v for v in views if v.split not in SPLITS), None)
+    if unlabelled is not None:
+        raise DatasetError(
+            f"{unlabelled.view}: the data root should hold split folders {', '.join(SPLITS)}; "
+            "for other layouts (e.g. the released benchmark) pass --split train|benchmark"
         )
     return views
 
@@ -158,7 +75,7 @@ def build_messages(prompt: str, image: str, target: str, system: str | None = No
     return messages
 
 
-def _record(view: ViewGT, task_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+def _record(view: View, task_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
     value = view.gt.get(task_id)
     return {
         "messages": messages,
@@ -171,7 +88,7 @@ def _record(view: ViewGT, task_id: str, messages: list[dict[str, Any]]) -> dict[
 
 
 def view_records(
-    view: ViewGT,
+    view: View,
     kind: Kind,
     tasks: Sequence[str] = ("task_main",),
     mask_final_answer: str | None = None,
@@ -193,7 +110,7 @@ def view_records(
     return records
 
 
-def output_file(view: ViewGT) -> tuple[str, ...]:
+def output_file(view: View) -> tuple[str, ...]:
     """The JSONL files (without suffix) a view's records go to."""
     if view.split == "benchmark":
         return (BENCHMARK_FILE,)
@@ -218,7 +135,7 @@ def check_options(kind: str, tasks: Sequence[str], mask_final_answer: str | None
 
 
 def build_traces(
-    views: Iterable[ViewGT],
+    views: Iterable[View],
     kind: Kind,
     tasks: Sequence[str] = ("task_main",),
     mask_final_answer: str | None = None,
@@ -274,7 +191,7 @@ def write_traces(out_dir: Path, files: dict[str, list[dict[str, Any]]]) -> dict[
     return counts
 
 
-def check_disjoint(views: Sequence[ViewGT]) -> None:
+def check_disjoint(views: Sequence[View]) -> None:
     """Refuse data where one structure sits in both split folders (a train/benchmark leak)."""
     seen: dict[str, str] = {}
     leaks = set()

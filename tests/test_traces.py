@@ -9,16 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from data_gen.splits import partition_of
-from data_gen.traces import (
-    REWARD_FIELDS,
-    build_traces,
-    load_views,
-    natural_key,
-    plain_target,
-    write_traces,
-)
+from data_gen.traces import build_traces, load_views, plain_target, write_traces
 from reward import get_reward
 from spatialiq_train.cli import app
+from spatialiq_train.dataset import REWARD_FIELDS
+from spatialiq_train.io import natural_key
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.tasks import build_prompt
 
@@ -279,8 +274,9 @@ def test_write_traces_removes_stale_trace_files_of_an_earlier_run(tmp_path: Path
 
 def test_trace_discovery_uses_the_layout_names(tmp_path: Path) -> None:
     from data_gen import layout, traces
+    from spatialiq_train import dataset
 
-    assert traces.find_gt_files is layout.find_gt_files
+    assert traces.iter_views is dataset.iter_views and layout.find_gt_files is dataset.find_gt_files
     data = make_dataset(tmp_path / "d", n_train=2, n_bench=0)
     hidden = data / ".cache" / "gt.json"
     hidden.parent.mkdir()

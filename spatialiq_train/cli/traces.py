@@ -11,7 +11,8 @@ logger = logging.getLogger(__name__)
 
 
 def traces(
-    data: Path = typer.Option(..., "--data", help="Dataset root (holding train/ and/or benchmark/)."),
+    data: Path = typer.Option(
+        ..., "--data", help="Dataset root (holding train/ and/or benchmark/, or only the data/*.parquet shards)."),
     out: Path = typer.Option(
         ..., "--out", help="Folder for train/val/warmup/rl.jsonl and benchmark.jsonl; files of these names an earlier "
                            "run left there and this run does not write are removed."),
@@ -21,11 +22,13 @@ def traces(
     ),
     tasks: str = typer.Option("task_main", "--tasks", help="Plain only: comma-separated task ids."),
     split: str | None = typer.Option(
-        None, "--split", help="Treat every view as this split (train|benchmark), e.g. for the released benchmark."
+        None, "--split", help="Read only this split (train|benchmark); a root without split folders (the released "
+                              "benchmark) is read whole, every view as this split."
     ),
     dialect: str = typer.Option("training", "--dialect", help="Prompt dialect: training (prepare_data) or type1."),
     require_images: bool = typer.Option(
-        True, "--require-images/--no-require-images", help="Skip views without view.png (the release does)."
+        True, "--require-images/--no-require-images",
+        help="Skip views without view.png (or, read from parquet, without an image; the release does)."
     ),
 ) -> None:
     """Write chat-format trace JSONL files, partitioned by structure."""
@@ -42,7 +45,8 @@ def traces(
     except (ValueError, KeyError) as exc:
         raise typer.BadParameter(str(exc).strip("'\"")) from None
     if not files:
-        raise typer.BadParameter(f"no usable views under {data} (gt.json beside view.png)", param_hint="--data")
+        raise typer.BadParameter(f"no usable views under {data} (gt.json beside view.png, or parquet rows with an "
+                                 "image; --no-require-images takes views without images)", param_hint="--data")
     counts = write_traces(out, files)
     for name, count in counts.items():
         typer.echo(f"{out / (name + '.jsonl')}: {count} records")
