@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,19 +65,90 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """What one request asks of an engine: ``draws`` distinct completions, each repeated ``repeats`` times.
+
+    Greedy decoding (temperature 0) is deterministic, so it draws one completion and repeats it for every
+    requested sample (vLLM rejects ``n > 1`` under greedy sampling, transformers ``num_return_sequences > 1``
+    without sampling); maj@k and pass@k then equal acc@1, which the log says once per run.
+    """
+
+    greedy: bool
+    draws: int
+    repeats: int
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+
+
+def decoding_for(config: SamplingConfig, n: int) -> Decoding:
+    """The one rule for both engines: ``n`` samples at ``config``'s temperature/top-p/new-token budget."""
+    if n < 1:
+        raise ValueError(f"a request needs at least one sample, got {n}")
+    greedy = config.temperature == 0
+    return Decoding(greedy=greedy, draws=1 if greedy else n, repeats=n if greedy else 1,
+                    temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens)
+
+
 def generate_kwargs(config: SamplingConfig, n: int) -> dict[str, Any]:
-    """``model.generate`` decoding arguments for ``n`` completions; temperature 0 means greedy, as in vLLM.
+    """``model.generate`` decoding arguments for ``n`` samples (see :func:`decoding_for`).
 
     Sampling: ``top_k=0`` and ``repetition_penalty=1.0`` override a checkpoint's generation_config
     (Qwen2.5-VL ships top_k=1, repetition_penalty=1.05), so the recipe is plain temperature/top-p
     sampling. Greedy: ``do_sample=False`` without temperature/top_p/top_k (transformers rejects
-    ``temperature=0`` with sampling) and one sequence, since greedy decoding cannot return several.
+    ``temperature=0`` with sampling) and one sequence.
     """
-    common: dict[str, Any] = {"repetition_penalty": 1.0, "max_new_tokens": config.max_new_tokens}
-    if config.temperature > 0:
-        return {**common, "do_sample": True, "temperature": config.temperature, "top_p": config.top_p, "top_k": 0,
-                "num_return_sequences": n}
-    return {**common, "do_sample": False, "num_return_sequences": 1}
+    dec = decoding_for(config, n)
+    common: dict[str, Any] = {"repetition_penalty": 1.0, "max_new_tokens": dec.max_new_tokens,
+                              "num_return_sequences": dec.draws}
+    if dec.greedy:
+        return {**common, "do_sample": False}
+    return {**common, "do_sample": True, "temperature": dec.temperature, "top_p": dec.top_p, "top_k": 0}
+
+
+def sampling_params_kwargs(config: SamplingConfig, n: int, seed: int) -> dict[str, Any]:
+    """``vllm.SamplingParams`` arguments for ``n`` samples (see :func:`decoding_for`); the same rule as transformers.
+
+    ``top_k=-1`` (vLLM's "off") and ``repetition_penalty=1.0`` keep the checkpoint's generation_config out,
+    as :func:`generate_kwargs` does for transformers.
+    """
+    dec = decoding_for(config, n)
+    return {"n": dec.draws, "temperature": dec.temperature, "top_p": 1.0 if dec.greedy else dec.top_p,
+            "top_k": -1, "repetition_penalty": 1.0, "max_tokens": dec.max_new_tokens, "seed": seed}
+
+
+def _repeat(texts: list[str], dec: Decoding) -> list[str]:
+    return [t for t in texts for _ in range(dec.repeats)]
+
+
+def pixel_budget(processor: Any) -> tuple[int, int] | None:
+    """(min_pixels, max_pixels) of a Qwen2.5-VL processor's image processor, or None when it has none."""
+    image_processor = getattr(processor, "image_processor", None)
+    if image_processor is None:
+        return None
+    size = getattr(image_processor, "size", None) or {}
+    lo = getattr(image_processor, "min_pixels", None) or _get(size, "shortest_edge")
+    hi = getattr(image_processor, "max_pixels", None) or _get(size, "longest_edge")
+    return (int(lo), int(hi)) if lo and hi else None
+
+
+def _get(size: Any, key: str) -> Any:
+    return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+
+
+def fit_images(images: list[Any], budget: tuple[int, int] | None) -> list[Any]:
+    """Each image resized to the size the checkpoint's processor would pick, so every engine sees the same pixels.
+
+    vLLM re-processes raw images with its own copy of the preprocessor; handing it images already at the
+    processor's target size (multiples of 28 inside the pixel budget) makes its resize a no-op, so vLLM and
+    transformers count the same image tokens whatever defaults vLLM loads.
+    """
+    if budget is None:
+        return images
+    from spatialiq_train.processor import resize_to_budget
+
+    return [resize_to_budget(im, *budget) for im in images]
 
 
 class TransformersEngine:
@@ -89,6 +161,9 @@ class TransformersEngine:
         import torch
         from transformers import AutoModelForImageTextToText
 
+        from spatialiq_train.versions import check_versions
+
+        check_versions("transformers")
         self.device = device
         self.processor = load_processor(model_path)
         torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
@@ -98,10 +173,11 @@ class TransformersEngine:
     def generate(self, requests: Sequence[Request], config: SamplingConfig) -> list[list[str]]:
         import torch
 
+        budget = pixel_budget(self.processor)
         outputs = []
         for req in requests:
             text = self.processor.apply_chat_template(_messages(req), tokenize=False, add_generation_prompt=True)
-            images = _images(req)
+            images = fit_images(_images(req), budget)
             inputs = self.processor(text=[text], images=images or None, return_tensors="pt").to(self.device)
             torch.manual_seed(req.seed)
             kwargs = generate_kwargs(config, len(req.samples))
@@ -109,29 +185,48 @@ class TransformersEngine:
                 out = self.model.generate(**inputs, **kwargs)
             new_tokens = out[:, inputs["input_ids"].shape[1]:]
             texts = self.processor.batch_decode(new_tokens, skip_special_tokens=True)
-            if not kwargs["do_sample"]:
-                texts = texts[:1] * len(req.samples)
-            outputs.append(texts)
+            outputs.append(_repeat(list(texts), decoding_for(config, len(req.samples))))
         return outputs
 
 
+PROMPT_TOKEN_BUDGET = 1024
+"""Tokens reserved for the prompt when ``max_model_len`` is not given: the system prompt, the question and up to
+two views at the recipes' 200,704-pixel budget (256 image tokens each) fit in about 700."""
+
+
+def default_max_model_len(max_new_tokens: int) -> int:
+    """vLLM's context length for a sampling run: prompt budget + new-token budget (never the model's 128k)."""
+    return PROMPT_TOKEN_BUDGET + max_new_tokens
+
+
 class VLLMEngine:
-    """Batched GPU sampling with ``SamplingParams(n=k, ...)``; ``tensor_parallel_size`` > 1 for 32B."""
+    """Batched GPU sampling with ``SamplingParams(n=k, ...)``; ``tensor_parallel_size`` > 1 for 32B.
+
+    ``max_model_len`` is always set (Qwen2.5-VL's config says 128k, which reserves KV cache for nothing), one
+    image per prompt is allowed unless ``max_images`` says more (task10/task11 send two), and images reach
+    vLLM already at the checkpoint processor's target size (:func:`fit_images`).
+    """
 
     def __init__(self, model_path: str | Path, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None) -> None:
+                 max_model_len: int | None = None, max_images: int = 1) -> None:
         try:
             from vllm import LLM
         except ImportError as exc:
             raise RuntimeError(
                 "the vllm engine needs vLLM, which is not installed here; install it on a GPU node "
                 "(pip install 'spatialiq-train[gpu]') or use --engine transformers") from exc
+        from spatialiq_train.versions import check_versions
+
+        check_versions("vllm", "transformers")
         self.processor = load_processor(model_path)
+        self.budget = pixel_budget(self.processor)
+        self.max_model_len = max_model_len or default_max_model_len(1024)
         kwargs: dict[str, Any] = {"model": str(model_path), "tensor_parallel_size": tensor_parallel_size,
                                   "gpu_memory_utilization": gpu_memory_utilization,
-                                  "limit_mm_per_prompt": {"image": 2}}
-        if max_model_len is not None:
-            kwargs["max_model_len"] = max_model_len
+                                  "max_model_len": self.max_model_len,
+                                  "limit_mm_per_prompt": {"image": max_images}}
+        if self.budget is not None:
+            kwargs["mm_processor_kwargs"] = {"min_pixels": self.budget[0], "max_pixels": self.budget[1]}
         self.llm = LLM(**kwargs)
 
     def generate(self, requests: Sequence[Request], config: SamplingConfig) -> list[list[str]]:
@@ -140,21 +235,23 @@ class VLLMEngine:
         prompts, params = [], []
         for req in requests:
             text = self.processor.apply_chat_template(_messages(req), tokenize=False, add_generation_prompt=True)
-            prompts.append({"prompt": text, "multi_modal_data": {"image": _images(req)}})
-            params.append(SamplingParams(n=len(req.samples), temperature=config.temperature, top_p=config.top_p,
-                                         max_tokens=config.max_new_tokens, seed=req.seed))
+            prompts.append({"prompt": text, "multi_modal_data": {"image": fit_images(_images(req), self.budget)}})
+            params.append(SamplingParams(**sampling_params_kwargs(config, len(req.samples), req.seed)))
         results = self.llm.generate(prompts, params, use_tqdm=False)
-        return [[o.text for o in r.outputs] for r in results]
+        return [_repeat([o.text for o in r.outputs], decoding_for(config, len(req.samples)))
+                for r, req in zip(results, requests, strict=True)]
 
 
 def make_engine(name: EngineName, model_path: str | Path, *, tensor_parallel_size: int = 1, device: str = "cpu",
-                dtype: str = "auto") -> TransformersEngine | VLLMEngine:
+                dtype: str = "auto", max_model_len: int | None = None,
+                max_images: int = 1) -> TransformersEngine | VLLMEngine:
     """``auto`` picks vLLM when it is installed, else transformers."""
     if name == "auto":
         name = "vllm" if vllm_available() else "transformers"
         log.info("engine: %s", name)
     if name == "vllm":
-        return VLLMEngine(model_path, tensor_parallel_size=tensor_parallel_size)
+        return VLLMEngine(model_path, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+                          max_images=max_images)
     if name == "transformers":
         return TransformersEngine(model_path, device=device, dtype=dtype)
     raise ValueError(f"unknown engine {name!r}; valid: auto, vllm, transformers")

@@ -52,6 +52,8 @@ def sample(
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
     engine: str = typer.Option("auto", "--engine", help="auto (vLLM when installed), vllm or transformers."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="vLLM GPUs per model (4+ for 32B)."),
+    max_model_len: int | None = typer.Option(
+        None, "--max-model-len", help="vLLM context length (default: 1024 prompt tokens + --max-new-tokens)."),
     device: str = typer.Option("cpu", "--device", help="transformers engine device."),
     dialect: str | None = typer.Option(None, "--dialect", help="training or type1 (default by mode)."),
     cot_system_prompt: bool = typer.Option(True, "--cot-system-prompt/--no-cot-system-prompt"),
@@ -64,8 +66,8 @@ def sample(
     """Draw k completions per benchmark scene; an interrupted run continues where it stopped."""
     from pydantic import ValidationError
 
-    from eval.engines import VLLMEngine, make_engine
-    from eval.sample import SamplingConfig, run_sampling
+    from eval.engines import VLLMEngine, default_max_model_len, make_engine
+    from eval.sample import PARTNER_STEP, SamplingConfig, run_sampling
     from eval.scenes import find_scenes
     from spatialiq_train.io import check_model_source
 
@@ -79,11 +81,16 @@ def sample(
         raise _fail(str(exc)) from None
     try:
         check_model_source(model, "--model")
-        gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device)
+        max_images = 2 if set(config.task_list()) & PARTNER_STEP.keys() else 1
+        gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device,
+                                 max_model_len=max_model_len or default_max_model_len(max_new_tokens),
+                                 max_images=max_images)
     except (RuntimeError, ValueError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from None
     if batch_size is None:
         config = config.model_copy(update={"batch_size": 256 if isinstance(gen_engine, VLLMEngine) else 4})
+    if config.temperature == 0 and config.k > 1:
+        log.info("temperature 0 is greedy: one completion per prompt, repeated k=%d times", config.k)
     report = run_sampling(scenes, gen_engine, config, out,
                           progress=lambda done, total: log.info("%d/%d completions", done, total))
     typer.echo(f"{out}: {report.already_done} already on file, {report.written} written")

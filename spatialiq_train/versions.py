@@ -1,0 +1,66 @@
+"""The versions of the engines this project is tested with, and one check that names a mismatch.
+
+The TRL path relies on TRL 1.16 hooks (``GRPOTrainer._generate_and_score_completions``) and transformers 5
+modules (the PIL Qwen2-VL image processor); vLLM must be a version TRL 1.16 drives (0.22 to 0.31). A run on
+other versions fails at its start with one line naming the package, the installed version and the supported
+range, instead of deep inside a trainer. Versions are read from package metadata: nothing is imported.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from spatialiq_train.errors import UserError
+
+SUPPORTED: dict[str, tuple[str, str]] = {
+    "trl": ("1.16", "1.17"),
+    "transformers": ("5.0", "6"),
+    "vllm": ("0.22", "0.32"),
+    "deepspeed": ("0.17", "1"),
+    "isaacsim": ("5.0", "6"),
+}
+"""Package -> [lowest supported, first unsupported) release, as in pyproject's extras."""
+
+
+class UnsupportedVersion(UserError):
+    """An installed engine is outside the tested range; the message names package, version and range."""
+
+
+def in_range(version: str, low: str, high: str) -> bool:
+    """``low <= version < high`` by release numbers (pre-releases and local tags count as their release)."""
+    from packaging.version import Version
+
+    release = Version(Version(version).base_version)
+    return Version(low) <= release < Version(high)
+
+
+def installed(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_versions(*packages: str) -> dict[str, str]:
+    """Raise :class:`UnsupportedVersion` for any installed package outside its range; absent ones are skipped.
+
+    Returns the installed versions checked. Set ``SPATIALIQ_ALLOW_UNTESTED_VERSIONS=1`` to downgrade the error
+    to nothing (for trying a newer release on purpose).
+    """
+    import os
+
+    found: dict[str, str] = {}
+    for package in packages:
+        if package not in SUPPORTED:
+            raise ValueError(f"no supported range is recorded for {package!r}; known: {', '.join(SUPPORTED)}")
+        version = installed(package)
+        if version is None:
+            continue
+        found[package] = version
+        low, high = SUPPORTED[package]
+        if not in_range(version, low, high) and os.environ.get("SPATIALIQ_ALLOW_UNTESTED_VERSIONS") != "1":
+            raise UnsupportedVersion(
+                f"{package} {version} is installed, but this project is tested with {package} >= {low}, < {high}; "
+                f"install a supported version (pip install '{package}>={low},<{high}') or set "
+                "SPATIALIQ_ALLOW_UNTESTED_VERSIONS=1 to try it anyway")
+    return found

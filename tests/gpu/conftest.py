@@ -1,0 +1,24 @@
+"""GPU tests: every test here is marked ``gpu`` and skipped with a reason where no CUDA GPU is visible."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _cuda_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible (these tests run on a GPU node: bash bench/gpu_check.sh)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = _cuda_reason()
+    for item in items:
+        if "tests/gpu/" in item.nodeid.replace("\\", "/") or item.nodeid.startswith("gpu/"):
+            item.add_marker(pytest.mark.gpu)
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
