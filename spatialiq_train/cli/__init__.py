@@ -13,6 +13,7 @@ import typer
 from spatialiq_train.cli import demo as demo_cli
 from spatialiq_train.cli import eval as eval_cli
 from spatialiq_train.cli import gen as gen_cli
+from spatialiq_train.cli import release as release_cli
 from spatialiq_train.cli import reward as reward_cli
 from spatialiq_train.cli import traces as traces_cli
 from spatialiq_train.cli import train as train_cli
@@ -25,7 +26,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, demo_cli):
+for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, release_cli, demo_cli):
     _module.register(app)
 
 

@@ -1,0 +1,74 @@
+"""`spatialiq release` (a trained checkpoint) and `spatialiq release-data` (a generated dataset)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from spatialiq_train.errors import UserError
+
+
+def release(
+    run: Path | None = typer.Option(None, "--run", help="A `run dapo-tight` / `train sft|rl` output folder, or a "
+                                    "converted Hugging Face checkpoint."),
+    out: Path | None = typer.Option(None, "--out", help="Release folder to write (built aside, renamed when done)."),
+    metrics: Path | None = typer.Option(None, "--metrics", help="metrics_<name>.json of `spatialiq eval score` "
+                                        "(the card says 'not evaluated' without it)."),
+    data: Path | None = typer.Option(None, "--data", help="Training dataset root (manifest.json); default: the "
+                                     "recipe's data.data_root."),
+    license: str = typer.Option("apache-2.0", "--license", help="License id for the card's front matter."),
+    dataset: list[str] = typer.Option([], "--dataset", help="Hub dataset id(s) to list in the card."),
+    name: str | None = typer.Option(None, "--name", help="Model name in the card (default: the --out folder name)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out."),
+    verify: Path | None = typer.Option(None, "--verify", help="Re-check a release folder and exit."),
+    push: str | None = typer.Option(None, "--push", help="Upload to this Hub model repo (OWNER/NAME)."),
+    public: bool = typer.Option(False, "--public", help="With --push: make the repo public (default private)."),
+) -> None:
+    """Release a trained checkpoint: safetensors shards, processor, chat template, model card, SHA256SUMS."""
+    from spatialiq_train.release.release import release as do_release
+    from spatialiq_train.release.release import revision_tag, verify_release
+
+    if verify is not None:
+        _report(verify, verify_release(verify))
+        return
+    if run is None or out is None:
+        raise UserError("spatialiq release needs --run RUN and --out DIR (or --verify DIR)")
+    folder = do_release(run, out, metrics=metrics, data_root=data, license=license, datasets=tuple(dataset),
+                        name=name, overwrite=overwrite)
+    _report(folder, verify_release(folder))
+    if push:
+        from spatialiq_train.release.hub import push_folder
+
+        url = push_folder(folder, push, private=not public, revision_tag=revision_tag(folder))
+        typer.echo(f"pushed to {url} (tag {revision_tag(folder)})")
+
+
+def _report(folder: Path, problems: list[str]) -> None:
+    if problems:
+        for problem in problems:
+            typer.echo(f"PROBLEM {problem}", err=True)
+        raise UserError(f"{folder}: {len(problems)} problem(s) found in the release", exit_code=1)
+    typer.echo(f"{folder}: release verified (checksums, config, processor, model card)")
+
+
+def release_data(
+    root: Path = typer.Argument(..., help="A dataset folder written by `spatialiq gen`."),
+    push: str | None = typer.Option(None, "--push", help="Upload to this Hub dataset repo (OWNER/NAME)."),
+    license: str = typer.Option("cc-by-4.0", "--license"),
+    public: bool = typer.Option(False, "--public", help="With --push: make the repo public (default private)."),
+) -> None:
+    """(Re)write a generated dataset's card, and push the dataset to the Hub with --push."""
+    from data_gen.dataset_card import write_dataset_card
+
+    card = write_dataset_card(root, license=license)
+    typer.echo(f"dataset card written: {card}")
+    if push:
+        from spatialiq_train.release.hub import push_folder
+
+        typer.echo(f"pushed to {push_folder(root, push, repo_type='dataset', private=not public)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("release")(release)
+    app.command("release-data")(release_data)

@@ -1,0 +1,159 @@
+"""``spatialiq release``: a run folder -> a verified Hugging Face release folder with a model card."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spatialiq_train.errors import UserError
+from spatialiq_train.io import atomic_write_text, read_json
+from spatialiq_train.release.card import CardInputs, DataFacts, model_card
+from spatialiq_train.release.checkpoint import (
+    ReleaseError,
+    copy_configs,
+    copy_weights,
+    find_model_dir,
+    find_recipe,
+    write_processor,
+)
+from spatialiq_train.release.checksums import SUMS_FILE, verify_sums, write_sums
+
+log = logging.getLogger(__name__)
+
+RECIPE_FILE = "training_recipe.yaml"
+
+
+def _load_recipe_dict(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    from spatialiq_train.recipes import load_recipe
+
+    return load_recipe(path).model_dump(mode="json")
+
+
+def _base_recipe(name: str | None) -> dict[str, Any] | None:
+    from spatialiq_train.recipes import SHIPPED_RECIPES, load_recipe
+
+    if not name or not (SHIPPED_RECIPES / f"{name}.yaml").is_file():
+        return None
+    return load_recipe(SHIPPED_RECIPES / f"{name}.yaml").model_dump(mode="json")
+
+
+def split_hash(structure_ids: set[str]) -> str:
+    """sha256 over a split's sorted structure ids, one per line: equal splits, equal hashes."""
+    return hashlib.sha256("".join(f"{s}\n" for s in sorted(structure_ids)).encode()).hexdigest()
+
+
+def data_facts(recipe: dict[str, Any] | None, data_root: Path | None) -> DataFacts:
+    """Generator version, seed and counts from the dataset manifest; split hashes from the run's trace files."""
+    data = (recipe or {}).get("data") or {}
+    root = data_root or (Path(data["data_root"]) if data.get("data_root") else None)
+    manifest: dict[str, Any] = {}
+    if root is not None and (root / "manifest.json").is_file():
+        manifest = read_json(root / "manifest.json")
+    args, counts = manifest.get("arguments") or {}, manifest.get("counts") or {}
+    hashes: dict[str, str] = {}
+    traces = Path(data["traces_dir"]) if data.get("traces_dir") else None
+    for key in ("sft_split", "rl_split", "eval_split"):
+        split = data.get(key)
+        path = traces / f"{split}.jsonl" if traces is not None and split else None
+        if path is not None and path.is_file() and split not in hashes:
+            ids = {json.loads(line).get("structure_id") for line in path.read_text(encoding="utf-8").splitlines()
+                   if line.strip()}
+            hashes[split] = split_hash({str(i) for i in ids if i})
+    return DataFacts(generator_version=manifest.get("version"), seed=args.get("seed"),
+                     structures=counts.get("structures"), views=counts.get("views"), split_hashes=hashes)
+
+
+def _read_metrics(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    metrics = read_json(path)
+    if not isinstance(metrics, dict) or "object_counting" not in metrics:
+        raise ReleaseError(f"--metrics {path}: not a `spatialiq eval score` metrics file (no 'object_counting' key)")
+    return metrics
+
+
+def _pixel_budget(recipe: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    model = (recipe or {}).get("model") or {}
+    return model.get("min_pixels"), model.get("max_pixels")
+
+
+def _generation(recipe: dict[str, Any] | None) -> dict[str, Any] | None:
+    ev = (recipe or {}).get("eval")
+    if not ev:
+        return None
+    return {"temperature": ev["temperature"], "top_p": ev["top_p"], "max_new_tokens": ev["max_new_tokens"]}
+
+
+def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Path | None = None,
+            license: str = "apache-2.0", datasets: tuple[str, ...] = (), name: str | None = None,
+            overwrite: bool = False) -> Path:
+    """Write the release of ``run`` into ``out`` (built in ``out.partial``, renamed when complete)."""
+    run, out = Path(run), Path(out)
+    if out.exists() and not overwrite:
+        raise ReleaseError(f"{out} exists; pick a new --out or pass --overwrite to replace it")
+    model_dir = find_model_dir(run)
+    recipe_path = find_recipe(run, model_dir)
+    recipe = _load_recipe_dict(recipe_path)
+    metrics_data = _read_metrics(metrics)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    copy_weights(model_dir, tmp)
+    copy_configs(model_dir, tmp, _generation(recipe))
+    write_processor(model_dir, tmp, *_pixel_budget(recipe))
+    if recipe_path is not None:
+        atomic_write_text(tmp / RECIPE_FILE, recipe_path.read_text(encoding="utf-8"))
+    base_model = str(((recipe or {}).get("model") or {}).get("name_or_path", "unknown"))
+    if ((recipe or {}).get("model") or {}).get("tiny"):
+        base_model = "spatialiq-tiny (randomly initialised, offline)"
+    inputs = CardInputs(name=name or out.name, run_recipe=recipe or {}, base_recipe=_base_recipe((recipe or {})
+                        .get("name")), base_model=base_model, license=license, datasets=datasets,
+                        data=data_facts(recipe, data_root), metrics=metrics_data)
+    atomic_write_text(tmp / "README.md", model_card(inputs))
+    write_sums(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    log.info("released %s -> %s", model_dir, out)
+    return out
+
+
+def revision_tag(folder: Path) -> str:
+    """A tag naming the release's exact content: ``release-`` + 12 hex of the SHA256SUMS file's sha256."""
+    digest = hashlib.sha256((folder / SUMS_FILE).read_bytes()).hexdigest()
+    return f"release-{digest[:12]}"
+
+
+def verify_release(folder: Path) -> list[str]:
+    """Problems with a release folder: checksums, a loadable config and processor, a card with front matter."""
+    folder = Path(folder)
+    problems = verify_sums(folder)
+    try:
+        from transformers import AutoConfig
+
+        AutoConfig.from_pretrained(str(folder))
+    except (OSError, ValueError) as exc:
+        problems.append(f"{folder / 'config.json'}: does not load ({exc})")
+    try:
+        from spatialiq_train.processor import load_processor
+
+        load_processor(folder)
+    except (OSError, ValueError, UserError) as exc:
+        problems.append(f"{folder}: processor does not load ({exc})")
+    readme = folder / "README.md"
+    if not readme.is_file():
+        problems.append(f"{readme}: missing model card")
+    else:
+        text = readme.read_text(encoding="utf-8")
+        head, sep, _ = text[4:].partition("\n---\n")
+        if not text.startswith("---\n") or not sep or not isinstance(yaml.safe_load(head), dict):
+            problems.append(f"{readme}: no YAML front matter between '---' lines")
+    return problems
