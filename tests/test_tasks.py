@@ -32,7 +32,7 @@ def test_every_prompt_string_appears_verbatim_in_spec(spec: str) -> None:
     blocks = _fenced_blocks(spec)
     assert prompts.TRAINING_CRITICAL_INSTRUCTION.rstrip("\n") in blocks
     assert prompts.TRAINING_DEFINITIONS.rstrip("\n") in blocks
-    assert prompts.TYPE1_CRITICAL_INSTRUCTION in blocks
+    assert prompts.TYPE1_CRITICAL_INSTRUCTION.rstrip("\n") in blocks
     assert prompts.TYPE1_DEFINITIONS.rstrip("\n") in blocks
     assert prompts.COT_SYSTEM_PROMPT in blocks
     assert prompts.COT_TARGET_TEMPLATE in blocks
