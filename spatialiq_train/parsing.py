@@ -8,7 +8,9 @@ as digits: ``"٣"`` is not an answer.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES
 
@@ -220,3 +222,115 @@ def parse_trace(text: str) -> ParsedTrace:
         answer = last_integer(text)
         source = "last_integer" if answer is not None else "missing"
     return ParsedTrace(answer, source, tasks, values.get(10), total)
+
+
+# --- The official trained-checkpoint evaluator's rules (NVIDIA/Spatial-IQ
+# evaluation/trained_ckpts/evaluate_text_ckpts.py, "cot" mode), restated. Unlike the rules above these use
+# Python's Unicode ``\d``/``\s`` and no digit cap, because the official script does.
+ParseRule = Literal["official", "strict"]
+PARSE_RULES: tuple[ParseRule, ...] = ("official", "strict")
+OFFICIAL_RULE = (
+    "official (evaluate_text_ckpts.py): answer = the first case-insensitive <answer>INT</answer> whose content is an "
+    "integer, else the first 'the total is a + b = N' (any case and spacing) N, else the last integer outside think "
+    "spans; sub-tasks = the last integer on the first line starting 'N)' for N = 2..9, lines 2-5 only with their "
+    "template wording ('The number of columns' / 'layers' / 'objects in the top-most' / 'distinct clusters')"
+)
+STRICT_RULE = (
+    "strict (spatialiq_train.parsing.parse_trace): answer = the last <answer>...</answer> pair holding a number "
+    "(exact-case tags; the whole content if an integer, else its last integer), else the total line's N, else the "
+    "last integer; sub-tasks = the last integer on the first line labelled 'N)' or '0N)', any wording; ASCII digits "
+    "and at most 18 of them"
+)
+_OFFICIAL_TAG = re.compile(r"<answer>\s*(-?\d+)\s*</answer>", re.IGNORECASE)
+_OFFICIAL_TOTAL = re.compile(r"the\s+total\s+is\s+-?\d+\s*\+\s*-?\d+\s*=\s*(-?\d+)", re.IGNORECASE)
+_OFFICIAL_LABEL = re.compile(r"\s*([2-9])\)")
+_OFFICIAL_WORDING = {
+    n: re.compile(r"\s*The number of " + words, re.IGNORECASE)
+    for n, words in ((2, "columns"), (3, "layers"), (4, "objects in the top-most"), (5, "distinct clusters"))
+}
+"""Lines 2-5 are recognised by label and wording; lines 6-9 by their label alone."""
+_OFFICIAL_INT_REVERSED = re.compile(r"\d+-?")
+_OFFICIAL_TOKENS = re.compile(r"<\|begin_of_box\|>|<\|end_of_box\|>|</think>")
+
+
+def _official_int(digits: str) -> int | None:
+    try:
+        return int(digits)
+    except ValueError:  # beyond Python's int-string limit (4300 digits): the official script skips it too
+        return None
+
+
+def _official_last_int(text: str) -> int | None:
+    m = _OFFICIAL_INT_REVERSED.search(text[::-1])  # the first match in the reversed text is the last integer
+    return None if m is None else _official_int(m.group(0)[::-1])
+
+
+def _official_strip(text: str) -> str:
+    """Closed ``<think>...</think>`` spans removed (an unclosed one is kept), then box tokens and ``</think>``."""
+    out: list[str] = []
+    pos = 0
+    while (start := text.find("<think>", pos)) >= 0:
+        end = text.find("</think>", start + len("<think>"))
+        if end < 0:
+            break
+        out.append(text[pos:start])
+        pos = end + len("</think>")
+    out.append(text[pos:])
+    return _OFFICIAL_TOKENS.sub("", "".join(out))
+
+
+def official_trace_values(text: str) -> tuple[int | None, str, dict[str, int | None]]:
+    """(answer, its source, sub-task values by task id) exactly as the official evaluator reads a CoT completion.
+
+    The answer source is ``tag``, ``total_line``, ``last_integer`` or ``missing``. Never raises; where the
+    official script itself would crash (a last integer of over 4300 digits) the answer is None.
+    """
+    tasks: dict[str, int | None] = {COT_LINE_TASKS[n]: None for n in SCORED_COT_LINES}
+    if not isinstance(text, str):
+        return None, "missing", tasks
+    for line in text.splitlines():
+        label = _OFFICIAL_LABEL.match(line)
+        if label is None:
+            continue
+        number = int(label.group(1))
+        wording = _OFFICIAL_WORDING.get(number)
+        if wording is not None and wording.match(line, label.end()) is None:
+            continue
+        task = COT_LINE_TASKS[number]
+        if tasks[task] is None:  # the first line with a value wins; a line without one leaves the task open
+            tasks[task] = _official_last_int(line)
+    tag = _OFFICIAL_TAG.search(text)
+    answer = _official_int(tag.group(1)) if tag else None
+    if answer is not None:
+        return answer, "tag", tasks
+    total = _OFFICIAL_TOTAL.search(text)
+    answer = _official_int(total.group(1)) if total else None
+    if answer is not None:
+        return answer, "total_line", tasks
+    answer = _official_last_int(_official_strip(text))
+    return answer, "last_integer" if answer is not None else "missing", tasks
+
+
+def parse_trace_official(text: str) -> ParsedTrace:
+    """:func:`parse_trace` under the official evaluator's rules (:data:`OFFICIAL_RULE`). Never raises.
+
+    The answer and the sub-task values are the official ones; line 10 and the total line (which the official
+    script does not score) are read as :func:`parse_trace` reads them, for the faithfulness audit.
+    """
+    answer, source, tasks = official_trace_values(text)
+    values, total = _cot_lines(text) if isinstance(text, str) else ({}, None)
+    return ParsedTrace(answer, source, tasks, values.get(10), total)
+
+
+def parse_integer_answer_official(text: str) -> int | None:
+    """Independent-mode prediction as the official ``evaluation_text.py`` reads it: the last integer outside
+    think spans (Unicode digits, no digit cap). Never raises."""
+    return _official_last_int(_official_strip(text)) if isinstance(text, str) else None
+
+
+def trace_parser(rule: ParseRule) -> Callable[[str], ParsedTrace]:
+    """The from-trace parser of ``rule`` (``official`` or ``strict``); ValueError for another name."""
+    parsers = {"official": parse_trace_official, "strict": parse_trace}
+    if rule not in parsers:
+        raise ValueError(f"unknown parse rule {rule!r}; valid: {', '.join(PARSE_RULES)}")
+    return parsers[rule]

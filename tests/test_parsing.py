@@ -195,3 +195,147 @@ def test_parse_cot_lines_agrees_with_parse_trace(text: str) -> None:
 
     full = parse_trace(text)
     assert parse_cot_lines(text) == (full.tasks, full.hidden, full.total_line)
+
+
+# --- The official trained-checkpoint evaluator's rules (evaluate_text_ckpts.py, "cot" mode) ------------------------
+
+from spatialiq_train.parsing import (  # noqa: E402
+    official_trace_values,
+    parse_integer_answer_official,
+    parse_trace_official,
+    trace_parser,
+)
+
+EX_GT = dict(task1="blocks", task2=4, task3=8, task4=2, task5=11, task6=3, task7=3, task8=1, task9=3,
+             num_hidden_blocks=1, task_main=12)
+
+
+def _answer(text: str) -> tuple[int | None, str]:
+    official = parse_trace_official(text)
+    return official.answer, official.answer_source
+
+
+def test_official_two_answer_tags_first_integer_tag_wins() -> None:
+    text = "<answer>5</answer> on reflection <answer>7</answer>"
+    assert _answer(text) == (5, "tag")
+    assert parse_trace(text).answer == 7  # strict: the last tag
+    later = "<answer>12</answer> then <answer>11.0</answer>"
+    assert _answer(later) == (12, "tag")
+    assert parse_trace(later).answer == 0  # strict: the last tag, read by its last integer
+    skip = "<answer>11.0</answer> <answer> 9 </answer>"  # the first tag holding an integer
+    assert _answer(skip) == (9, "tag")
+
+
+def test_official_non_integer_tag_falls_back_to_the_total_line() -> None:
+    trace = fill_cot_template(EX_GT).replace("<answer>12</answer>", "<answer>11.0</answer>")
+    assert _answer(trace) == (12, "total_line")
+    assert parse_trace(trace).answer == 0 and parse_trace(trace).answer_source == "tag"
+    loose = "<think>\nTHE  TOTAL IS\n9+2 =  11.\n</think>\n<answer>eleven</answer>"  # any case, any spacing
+    assert _answer(loose) == (11, "total_line")
+    assert parse_trace(loose).total_line is None
+
+
+def test_official_missing_tag_uses_total_line_then_last_integer_outside_think() -> None:
+    trace = fill_cot_template(EX_GT).replace("<answer>12</answer>", "")
+    assert _answer(trace) == (12, "total_line")
+    assert _answer("<think>I see 3 columns</think>so four, 4 blocks") == (4, "last_integer")
+    assert _answer("<think>I see 3 columns</think><answer>eleven</answer>") == (None, "missing")
+    assert parse_trace("<think>I see 3 columns</think><answer>eleven</answer>").answer == 3  # strict reads think
+    assert _answer("1<think>2") == (2, "last_integer")  # an unclosed think span is kept, tag text and all
+    assert _answer("7<|end_of_box|>5") == (75, "last_integer")  # box tokens removed before the search
+    assert _answer("") == (None, "missing") and _answer(None) == (None, "missing")  # type: ignore[arg-type]
+
+
+def test_official_answer_tag_is_case_insensitive_and_unicode() -> None:
+    assert _answer("<ANSWER>7</Answer>") == (7, "tag")
+    assert parse_trace("<ANSWER>7</Answer>").answer_source == "last_integer"  # strict: exact-case tags only
+    assert _answer("<answer>\u0661\u0662</answer>") == (12, "tag")  # Python's \d, as the official script
+    assert _answer("<answer>" + "9" * 30 + "</answer>") == (int("9" * 30), "tag")  # no digit cap
+    huge = "<answer>" + "9" * 5000 + "</answer>"
+    assert _answer(huge) == (None, "missing")  # beyond int(): the official script skips the tag; no crash here
+
+
+def test_official_sub_task_lines_need_their_exact_wording() -> None:
+    base = fill_cot_template(EX_GT)
+    assert official_trace_values(base)[2] == parse_trace(base).tasks == {
+        "task3": 8, "task4": 2, "task2": 4, "task9": 3, "task5": 11, "task7": 3, "task6": 3, "task8": 1}
+    variants = {
+        "2) Number of columns: 7": None,  # wording differs: not recognised
+        "2. The number of columns in the object structure is: 7": None,  # label needs ")"
+        "02) The number of columns in the object structure is: 7": None,  # strict accepts "02)"
+        "  2)the NUMBER OF COLUMNS is 7": 7,  # any case, spaces optional after the label
+        "2) The number of columns in the object structure is: ": 2,  # no value: the label's own 2 is the last int
+    }
+    for line, expected in variants.items():
+        assert official_trace_values(line)[2]["task3"] == expected, line
+    assert parse_trace("02) The number of columns is: 7").tasks["task3"] == 7
+    assert parse_trace("2) Number of columns: 7").tasks["task3"] == 7
+    # lines 6-9 are recognised by their label alone; the first line with a value wins
+    assert official_trace_values("6) visible: 10\n6) visible: 11")[2]["task5"] == 10
+    assert official_trace_values("7) anything at all -2")[2]["task7"] == -2
+    assert official_trace_values("10) hidden: 4\n1) blocks: 3")[2] == dict.fromkeys(official_trace_values("")[2])
+
+
+def test_official_trace_keeps_line_ten_and_total_for_the_audit() -> None:
+    parsed = parse_trace_official(fill_cot_template(EX_GT))
+    assert parsed.hidden == 1 and parsed.total_line == (11, 1, 12) and parsed.self_consistent is True
+    assert trace_parser("official") is parse_trace_official and trace_parser("strict") is parse_trace
+    with pytest.raises(ValueError, match="official, strict"):
+        trace_parser("loose")  # type: ignore[arg-type]
+
+
+def test_official_independent_answer_is_the_last_integer_outside_think() -> None:
+    assert parse_integer_answer_official("<think>5</think> it is 7 or 8") == 8
+    assert parse_integer_answer_official("<think>5</think>none") is None
+    assert parse_integer_answer_official("\u0663") == 3 and parse_integer_answer("\u0663") is None
+
+
+# The rules restated as the official script states them: one pattern per scored line, tried in order.
+_OFFICIAL_REF_LINES = [(task, re.compile(rf"^\s*{n}\){words}", re.IGNORECASE)) for task, n, words in (
+    ("task3", 2, r"\s*The number of columns"), ("task4", 3, r"\s*The number of layers"),
+    ("task2", 4, r"\s*The number of objects in the top-most"), ("task9", 5, r"\s*The number of distinct clusters"),
+    ("task5", 6, ""), ("task7", 7, ""), ("task6", 8, ""), ("task8", 9, ""))]
+
+
+def _ref_int(s: str) -> int | None:
+    try:
+        return int(s)
+    except ValueError:
+        return None
+
+
+def ref_official(raw: str) -> tuple[int | None, dict[str, int | None]]:
+    tasks: dict[str, int | None] = {t: None for t, _ in _OFFICIAL_REF_LINES}
+    for line in raw.splitlines():
+        for task, pattern in _OFFICIAL_REF_LINES:
+            if tasks[task] is None and pattern.search(line):
+                nums = re.findall(r"-?\d+", line)
+                tasks[task] = _ref_int(nums[-1]) if nums else None
+                break
+    m = re.search(r"<answer>\s*(-?\d+)\s*</answer>", raw, re.IGNORECASE)
+    answer = _ref_int(m.group(1)) if m else None
+    if answer is None:
+        m = re.search(r"the\s+total\s+is\s+-?\d+\s*\+\s*-?\d+\s*=\s*(-?\d+)", raw, re.IGNORECASE)
+        answer = _ref_int(m.group(1)) if m else None
+    if answer is None:
+        body = re.sub(r"<\|begin_of_box\|>|<\|end_of_box\|>|</think>", "",
+                      re.sub(r"<think>.*?</think>", "", raw, flags=re.DOTALL))
+        nums = re.findall(r"-?\d+", body)
+        answer = _ref_int(nums[-1]) if nums else None
+    return answer, tasks
+
+
+_OFFICIAL_PIECES = ["2)", "3) ", " 4)", "5)", "6)", "7)", "9)", "02)", "The number of columns", "the number of LAYERS",
+                    "The number of objects in the top-most", "The number of distinct clusters", " is: ", "\n", "\r\n",
+                    "<answer>", "</answer>", "<ANSWER>", "<think>", "</think>", "<|end_of_box|>", "The total is ",
+                    "the  total\nis", " + ", "+", " = ", "=", "-", ".", "0", "3", "11", "\u0663", "\xa0", "x"]
+_OFFICIAL_TEXT = st.one_of(st.lists(st.sampled_from(_OFFICIAL_PIECES), max_size=40).map("".join),
+                           st.builds(lambda gt, cut: fill_cot_template(gt)[:cut],
+                                     st.just(EX_GT), st.integers(0, 900)))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=_OFFICIAL_TEXT)
+def test_official_parser_equals_the_official_rules(text: str) -> None:
+    answer, _, tasks = official_trace_values(text)
+    assert (answer, tasks) == ref_official(text)
