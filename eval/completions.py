@@ -14,8 +14,10 @@ import json
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from spatialiq_train.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,8 @@ class Completion:
     sample: int
     text: str
     finish_reason: str | None = None
+    line: int = field(default=0, compare=False)
+    """Line number in the file it was read from (0 when not read from a file); error messages name it."""
 
     @property
     def key(self) -> Key:
@@ -56,7 +60,8 @@ def _parse(line: str, path: Path, lineno: int) -> Completion:
     if text is not None and not isinstance(text, str):
         raise ValueError(f"{path}: line {lineno}: 'text' must be a string or null")
     reason = obj.get("finish_reason")
-    return Completion(view, task, sample, text if text is not None else "", reason if isinstance(reason, str) else None)
+    return Completion(view, task, sample, text if text is not None else "", reason if isinstance(reason, str) else None,
+                      lineno)
 
 
 def load_completions(path: str | Path) -> dict[Key, Completion]:
@@ -79,6 +84,19 @@ def load_completions(path: str | Path) -> dict[Key, Completion]:
             continue
         out[rec.key] = rec
     return out
+
+
+def load_for_scoring(path: str | Path, option: str = "--completions") -> dict[Key, Completion]:
+    """:func:`load_completions` for scoring: a missing file, or one with no complete completion, is a UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{option} {path}: no such file (`spatialiq eval sample` writes it)")
+    records = load_completions(path)
+    if not records:
+        what = "is empty" if path.stat().st_size == 0 else "holds no complete completion line"
+        raise UserError(f"{option} {path}: the file {what}; there is nothing to score (sample into it with "
+                        f"`spatialiq eval sample --out` first, or point {option} at the file it wrote)")
+    return records
 
 
 def repair_tail(path: str | Path) -> None:

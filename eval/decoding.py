@@ -4,6 +4,7 @@ Predictions come as a ``(scenes, k)`` float array (NaN = no parseable answer) be
 ground-truth array. Rules, stated in every output through :data:`MAJORITY_RULE`:
 
 * acc@1: the first sample; a missing first answer is excluded from the denominator and counted.
+* ``n`` gives every accuracy's denominator: acc@1 over scenes with a first answer, the others over all scenes.
 * maj@k: the most frequent parsed answer; missing answers do not vote; among tied values the one
   whose earliest occurrence comes first wins; a scene with no parseable answer counts as wrong.
 * pass@k: at least one of the k samples is correct; denominator = all scenes.
@@ -94,11 +95,13 @@ def decoding_metrics(preds: np.ndarray, gt: np.ndarray, verifier_scores: np.ndar
         f"maj@{k}": _acc(maj == gt),
         f"pass@{k}": _acc(n_correct > 0),
         "pass@k_unbiased": {str(j): unbiased_pass_at_k(n_correct, k, j) for j in range(1, k + 1)} if k else {},
+        "n": {"acc@1": int(present.sum()), f"maj@{k}": scenes, f"pass@{k}": scenes},
         "missing_samples": int(np.isnan(preds).sum()),
         "scenes_without_answer": int(np.isnan(preds).all(axis=1).sum()) if k else scenes,
         "majority_rule": MAJORITY_RULE,
     }
     if verifier_scores is not None and k:
         out[f"selected@{k}"] = _acc(selected_vote(preds, verifier_scores) == gt)
+        out["n"][f"selected@{k}"] = scenes  # type: ignore[index]
         out["selection_rule"] = SELECTION_RULE
     return out

@@ -137,6 +137,11 @@ def plot_pass_curve(metrics: list[dict[str, Any]]) -> bytes:
     return _figure_png(fig)
 
 
+def _with_n(value: Any, n: Any) -> str:
+    """An accuracy with its denominator beside it (the n of metrics files that predate it is left out)."""
+    return _num(value) if n is None else f"{_num(value)} (n={n})"
+
+
 def markdown(metrics: list[dict[str, Any]]) -> str:
     parts = ["# Spatial-IQ evaluation report", ""]
     parts += ["## Summary columns (first sample)", ""]
@@ -147,13 +152,15 @@ def markdown(metrics: list[dict[str, Any]]) -> str:
     rows = []
     for m in metrics:
         oc, k = m["object_counting"], m["k"]
-        selected = [v for key, v in oc.items() if key.startswith(f"selected@{k}[self_consistent]")]
-        counts = m.get("counts", {})
-        rows.append([m["name"], str(k), _num(oc.get("acc@1")), _num(oc.get(f"maj@{k}")),
-                     _num(selected[0]) if selected else "n/a", _num(oc.get(f"pass@{k}")),
+        selected = [key for key in oc if key.startswith(f"selected@{k}[self_consistent]")]
+        counts, n = m.get("counts", {}), oc.get("n", {})
+        rows.append([m["name"], str(k), *(_with_n(oc.get(key), n.get(key)) for key in ("acc@1", f"maj@{k}")),
+                     _with_n(oc[selected[0]], n.get(selected[0])) if selected else "n/a",
+                     _with_n(oc.get(f"pass@{k}"), n.get(f"pass@{k}")),
+                     f"{counts.get('scenes_covered', '?')}/{m.get('scenes', '?')}",
                      str(counts.get("unparseable", "")), str(counts.get("absent", ""))])
     parts.append(_table(["responder", "k", "acc@1", "maj@k", "selected@k (self-consistent)", "pass@k",
-                         "unparseable", "absent"], rows))
+                         "scenes answered", "unparseable", "absent"], rows))
     rule = metrics[0]["object_counting"].get("majority_rule")
     if rule:
         parts += ["", f"Majority rule: {rule}."]
@@ -168,8 +175,9 @@ def markdown(metrics: list[dict[str, Any]]) -> str:
     tasks = [t for t in metrics[0]["per_task"]]
     parts += ["", "## Per-task accuracy (first sample, Wilson 95%)", ""]
     parts.append(_table(["responder", *tasks], [
-        [m["name"]] + [f"{_num(m['per_task'][t]['accuracy'])} [{_num(m['per_task'][t]['ci_low_wilson'])}, "
-                       f"{_num(m['per_task'][t]['ci_high_wilson'])}]" if t in m["per_task"] else "n/a"
+        [m["name"]] + [f"{_with_n(m['per_task'][t]['accuracy'], m['per_task'][t].get('n'))} "
+                       f"[{_num(m['per_task'][t]['ci_low_wilson'])}, {_num(m['per_task'][t]['ci_high_wilson'])}]"
+                       if t in m["per_task"] else "n/a"
                        for t in tasks] for m in metrics]))
     parts += ["", "## Plots", "", "![pass@j](pass_at_k.png)", "", "![summation 2x2](summation_2x2.png)", "",
               "![difficulty](difficulty_bins.png)", "", "![object type](object_type.png)", ""]

@@ -1,7 +1,9 @@
 """Score sampled completions against benchmark ground truth: every metric of metrics.md in one JSON.
 
-Parsing is the shared :mod:`spatialiq_train.parsing`: ``parse_integer_answer`` for independent mode,
-``parse_trace`` for from-trace mode. The hierarchy columns, the 2x2, composition, per-task accuracy
+Parsing is the shared :mod:`spatialiq_train.parsing` under one of two rules (``parse``): ``official``
+(default; the official evaluators' reading: ``parse_trace_official`` for from-trace mode,
+``parse_integer_answer_official`` for independent mode) or ``strict`` (``parse_trace`` /
+``parse_integer_answer``). The hierarchy columns, the 2x2, composition, per-task accuracy
 and breakdowns use the first sample (acc@1), exactly as the released per-view files do; that sample
 is also exported as ``eval_raw_<name>_text.csv``.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,12 +28,27 @@ from eval.rawcsv import META_COLUMNS, TASK_ORDER, ResponderTable
 from eval.sample import Mode
 from eval.scenes import Scene
 from eval.stats import accuracy
-from spatialiq_train.parsing import ParsedTrace, parse_integer_answer, parse_trace
+from spatialiq_train.errors import UserError
+from spatialiq_train.parsing import (
+    OFFICIAL_RULE,
+    STRICT_RULE,
+    ParsedTrace,
+    ParseRule,
+    parse_integer_answer,
+    parse_integer_answer_official,
+    trace_parser,
+)
 from spatialiq_train.tasks import COT_LINE_TASKS, INTEGER_TASKS, SCORED_COT_LINES, get_task
 
 log = logging.getLogger(__name__)
 
 TRACE_TASKS: tuple[str, ...] = tuple(COT_LINE_TASKS[n] for n in SCORED_COT_LINES)
+PARSE_RULE_TEXT: dict[str, str] = {"official": OFFICIAL_RULE, "strict": STRICT_RULE}
+FAR_FACTOR = 10
+"""With k inferred, a sample index at or beyond ``FAR_FACTOR * k + FAR_SLACK`` is refused as corrupt."""
+FAR_SLACK = 100
+_MAX_STORED = 1e18
+"""Predictions are stored as float64; larger magnitudes (wrong for any ground truth) are stored as +-1e18."""
 
 
 def column_of(task: str) -> str:
@@ -52,6 +70,48 @@ class SampledPredictions:
     self_consistency: np.ndarray | None = None
     """from-trace: :attr:`ParsedTrace.self_consistent` per trace as 1.0/0.0, NaN when undefined or absent."""
     counts: dict[str, int] = field(default_factory=dict)
+    parse: ParseRule = "official"
+
+    @property
+    def coverage(self) -> float:
+        """Share of scenes with at least one scored completion (NaN without scenes)."""
+        return self.counts.get("scenes_covered", 0) / len(self.scenes) if self.scenes else math.nan
+
+
+def resolve_k(completions: Mapping[Key, Completion], k: int | None, source: object = "the completions") -> int:
+    """``k`` checked against the file, or inferred as the most common number of completions per view and task.
+
+    An explicit ``k`` above what any view holds is refused (it would only add absent samples). With ``k``
+    inferred, a sample index far beyond it (:data:`FAR_FACTOR`) is refused naming its line: such a line is
+    corrupt or from another run, and honouring it would allocate per missing index.
+    """
+    per_key = Counter((c.view, c.task) for c in completions.values())
+    if not per_key:
+        return k or 1
+    if k is not None:
+        largest = max(per_key.values())
+        if k > largest:
+            raise UserError(f"--k {k}: no view holds more than {largest} completion(s) for a task in {source}; "
+                            f"pass --k {largest} or less, or leave --k out to use the most common count")
+        return k
+    frequency = Counter(per_key.values())
+    inferred = max(frequency, key=lambda n: (frequency[n], n))
+    far = FAR_FACTOR * inferred + FAR_SLACK
+    for c in completions.values():
+        if c.sample >= far:
+            where = f"line {c.line}" if c.line else f"view {c.view!r} task {c.task!r}"
+            raise UserError(f"{source}: {where}: sample index {c.sample} is far beyond the {inferred} completion(s) "
+                            f"per view and task the file holds (most common count); the line is corrupt or from "
+                            f"another run: remove it, or pass --k to score the first k samples and ignore it")
+    beyond = sum(c.sample >= inferred for c in completions.values())
+    if beyond:
+        log.warning("%s: %d completion(s) have a sample index >= the inferred k = %d (the most common count per "
+                    "view and task) and are ignored; pass --k to score more samples", source, beyond, inferred)
+    return inferred
+
+
+def _stored(value: int) -> float:
+    return float(value) if abs(value) <= _MAX_STORED else math.copysign(_MAX_STORED, value)
 
 
 def infer_mode(completions: Mapping[Key, Completion]) -> Mode:
@@ -64,10 +124,15 @@ def _gt_array(scenes: Sequence[Scene], task: str) -> np.ndarray:
 
 
 def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Completion], mode: Mode | None = None,
-                        k: int | None = None) -> SampledPredictions:
-    """Parse every completion into the per-task prediction arrays; count absent and unparseable ones."""
+                        k: int | None = None, parse: ParseRule = "official") -> SampledPredictions:
+    """Parse every completion into the per-task prediction arrays; count absent and unparseable ones.
+
+    ``k`` defaults to :func:`resolve_k`'s inference; ``parse`` picks the parse rule (module docstring).
+    """
     mode = mode or infer_mode(completions)
-    k = k or max((c.sample + 1 for c in completions.values()), default=1)
+    k = resolve_k(completions, k) if k is None else k
+    parse_trace = trace_parser(parse)
+    parse_integer = parse_integer_answer_official if parse == "official" else parse_integer_answer
     row = {s.view: i for i, s in enumerate(scenes)}
     if mode == "from-trace":
         asked = ["task_main"]
@@ -84,6 +149,7 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
     consistency = np.full(shape, np.nan) if mode == "from-trace" else None
     counts = {"completions": 0, "unknown_view_or_task": 0, "beyond_k": 0, "unparseable": 0}
     traces: dict[str, ParsedTrace] = {}  # identical texts (frequent among k samples) are parsed once
+    covered: set[int] = set()
     for c in completions.values():
         i = row.get(c.view)
         if i is None or c.task not in asked:
@@ -93,12 +159,13 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
             counts["beyond_k"] += 1
             continue
         counts["completions"] += 1
+        covered.add(i)
         if mode == "independent":
-            value = parse_integer_answer(c.text)
+            value = parse_integer(c.text)
             if value is None:
                 counts["unparseable"] += 1
             else:
-                pred[column_of(c.task)][i, c.sample] = value
+                pred[column_of(c.task)][i, c.sample] = _stored(value)
             continue
         trace = traces.get(c.text)
         if trace is None:
@@ -106,18 +173,35 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
         if trace.answer is None:
             counts["unparseable"] += 1
         else:
-            pred["main"][i, c.sample] = trace.answer
+            pred["main"][i, c.sample] = _stored(trace.answer)
         for task in TRACE_TASKS:
             value = trace.tasks.get(task)
             if value is not None:
-                pred[task][i, c.sample] = value
+                pred[task][i, c.sample] = _stored(value)
         if trace.total_line is not None:
             line_visible[i, c.sample], line_hidden[i, c.sample] = trace.total_line[0], trace.total_line[1]
         if trace.self_consistent is not None:
             consistency[i, c.sample] = float(trace.self_consistent)
     counts["expected"] = len(scenes) * k * len(asked)
     counts["absent"] = counts["expected"] - counts["completions"]
-    return SampledPredictions(list(scenes), k, mode, pred, gt, line_visible, line_hidden, consistency, counts)
+    counts["scenes_covered"] = len(covered)
+    return SampledPredictions(list(scenes), k, mode, pred, gt, line_visible, line_hidden, consistency, counts, parse)
+
+
+def check_coverage(preds: SampledPredictions, min_coverage: float, source: object) -> str | None:
+    """Raise UserError when fewer than ``min_coverage`` of the scenes have a completion; a warning text when
+    most scenes are absent (returned, not raised, when ``min_coverage`` was lowered to allow it); else None."""
+    covered, total = preds.counts.get("scenes_covered", 0), len(preds.scenes)
+    share = preds.coverage
+    said = f"{source} covers {covered} of {total} scenes ({share:.1%})"
+    if total and share < min_coverage:
+        raise UserError(f"{said}, below --min-coverage {min_coverage:g}: every accuracy would describe a different "
+                        f"subset. Sample the rest (`spatialiq eval sample` resumes the file), check --data/--split, "
+                        f"or pass --min-coverage {math.floor(share * 100) / 100:g} to score this subset")
+    if total and share < 0.5:
+        return (f"{said}: most scenes are absent, so acc@1 (over answered scenes) and maj@k/pass@k (over all "
+                f"scenes) describe different sets; see the n beside each")
+    return None
 
 
 def require_matches(preds: SampledPredictions, completions: Mapping[Key, Completion], data_root: object) -> None:
@@ -171,9 +255,13 @@ def score_predictions(preds: SampledPredictions, name: str, convention: Conventi
             for label, scores in verifiers.items():
                 sel = decoding_metrics(p, preds.gt[column], scores)
                 decoding[column][f"selected@{preds.k}[{label}]"] = sel[f"selected@{preds.k}"]
+                decoding[column]["n"][f"selected@{preds.k}[{label}]"] = len(preds.scenes)  # type: ignore[index]
                 decoding[column]["selection_rule"] = sel["selection_rule"]
     out: dict[str, Any] = {
         "name": name, "mode": preds.mode, "k": preds.k, "scenes": len(preds.scenes), "convention": convention,
+        "parse": preds.parse, "parse_rule": PARSE_RULE_TEXT[preds.parse],
+        "coverage": {"scenes": len(preds.scenes), "scenes_covered": preds.counts.get("scenes_covered", 0),
+                     "share": preds.coverage},
         "counts": preds.counts,
         "object_counting": decoding.get("main", {}),
         "decoding": decoding,

@@ -18,6 +18,7 @@ from eval.sample import Request, SamplingConfig, plan_requests, run_sampling
 from eval.scenes import find_scenes
 from eval.score import collect_predictions, first_sample_table, score_predictions
 from spatialiq_train.cli import app
+from spatialiq_train.errors import EXIT_USAGE, UserError
 from spatialiq_train.tasks import fill_cot_template
 from spatialiq_train.views import LEAF_VIEWS
 
@@ -223,7 +224,7 @@ def test_independent_scoring_counts_missing_and_majority(dataset: Path, tmp_path
 
 
 def test_eval_self_consistency_is_the_parsers_predicate(dataset: Path, tmp_path: Path) -> None:
-    from spatialiq_train.parsing import parse_trace
+    from spatialiq_train.parsing import parse_trace_official
 
     records = load_completions(_sample(dataset, tmp_path, SamplingConfig(k=3)))
     keys = list(records)
@@ -236,7 +237,7 @@ def test_eval_self_consistency_is_the_parsers_predicate(dataset: Path, tmp_path:
     row = {s.view: i for i, s in enumerate(scenes)}
     expected = np.full((len(scenes), 3), np.nan)
     for (view, _, sample), rec in records.items():
-        flag = parse_trace(rec.text).self_consistent
+        flag = parse_trace_official(rec.text).self_consistent  # the default parse rule
         expected[row[view], sample] = np.nan if flag is None else float(flag)
     assert preds.self_consistency is not None
     np.testing.assert_array_equal(preds.self_consistency, expected)
@@ -285,7 +286,7 @@ def test_cli_score_report_compare(dataset: Path, tmp_path: Path) -> None:
                               "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "r" / "report.md").read_text()
-    assert "| dapo-toy | 2 | 1.000 | 1.000 |" in md
+    assert "| dapo-toy | 2 | 1.000 (n=32) | 1.000 (n=32) |" in md
     for png in ("pass_at_k.png", "summation_2x2.png", "difficulty_bins.png", "object_type.png"):
         assert (tmp_path / "r" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "r" / "report.json").read_text())["responders"][0]["name"] == "dapo-toy"
@@ -313,7 +314,7 @@ def test_cli_score_refuses_bad_inputs_before_writing(dataset: Path, tmp_path: Pa
     runner = CliRunner()
     base = ["eval", "score", "--data", str(dataset), "--out", str(tmp_path / "s")]
     missing = runner.invoke(app, [*base, "--completions", str(tmp_path / "nope.jsonl"), "--name", "x"])
-    assert missing.exit_code == 1 and "nope.jsonl: no such file" in missing.output
+    assert missing.exit_code == EXIT_USAGE and "nope.jsonl: no such file" in missing.output
     slash = runner.invoke(app, [*base, "--completions", str(out), "--name", "a/b"])
     assert slash.exit_code == 1 and "--name 'a/b'" in slash.output
     zero = runner.invoke(app, [*base, "--completions", str(out), "--name", "x", "--k", "0"])
@@ -446,8 +447,9 @@ def test_transformers_engine_samples_from_tiny_model(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert len(load_completions(tmp_path / "cli.jsonl")) == 4
     res = runner.invoke(app, ["eval", "score", "--completions", str(tmp_path / "cli.jsonl"), "--data", str(data),
-                              "--out", str(tmp_path / "score"), "--name", "tiny"])
+                              "--out", str(tmp_path / "score"), "--name", "tiny", "--min-coverage", "0.1"])
     assert res.exit_code == 0, res.output
+    assert "covers 2 of 16 scenes" in res.output  # the warning: most scenes are absent
     counts = json.loads((tmp_path / "score" / "metrics_tiny.json").read_text())["counts"]
     assert counts["completions"] == 4 and counts["absent"] == 16 * 2 - 4
 
@@ -497,3 +499,80 @@ def test_parquet_split_is_read_when_no_view_folders(dataset: Path, tmp_path: Pat
     pq.write_table(pa.Table.from_pylist([bad]), root / "data" / "benchmark-00000-of-00002.parquet")
     with pytest.raises(ValueError, match=r"benchmark-00000-of-00002.parquet: key 'task5' .* \(row 0\)"):
         find_scenes(root)
+
+
+def _score_cli(completions: Path, dataset: Path, out: Path, *extra: str):  # noqa: ANN202
+    return CliRunner().invoke(app, ["eval", "score", "--completions", str(completions), "--data", str(dataset),
+                                    "--out", str(out), "--name", "m", *extra])
+
+
+def test_cli_score_parses_as_the_official_evaluator_by_default(dataset: Path, tmp_path: Path) -> None:
+    records = load_completions(_sample(dataset, tmp_path, SamplingConfig(k=1)))
+    for key, rec in records.items():  # "11.0"-style tags: the official evaluator falls back to the total line
+        tag = rec.text[rec.text.rindex("<answer>"):]
+        records[key] = Completion(*key, rec.text.replace(tag, tag.replace("</answer>", ".0</answer>")))
+    edited = tmp_path / "edited.jsonl"
+    append_completions(edited, records.values())
+    res = _score_cli(edited, dataset, tmp_path / "o")
+    assert res.exit_code == 0, res.output
+    official = json.loads((tmp_path / "o" / "metrics_m.json").read_text())
+    assert official["parse"] == "official" and "evaluate_text_ckpts.py" in official["parse_rule"]
+    assert official["object_counting"]["acc@1"] == 1.0 and "parse official" in res.output
+    res = _score_cli(edited, dataset, tmp_path / "s", "--parse", "strict")
+    assert res.exit_code == 0, res.output
+    strict = json.loads((tmp_path / "s" / "metrics_m.json").read_text())
+    assert strict["parse"] == "strict" and strict["object_counting"]["acc@1"] == 0.0  # "12.0" read as 0
+    assert strict["per_task"]["task5"]["accuracy"] == official["per_task"]["task5"]["accuracy"] == 1.0
+    bad = _score_cli(edited, dataset, tmp_path / "b", "--parse", "loose")
+    assert bad.exit_code != 0 and "--parse must be official or strict" in bad.output
+
+
+def test_score_infers_k_from_the_most_common_count_and_refuses_a_far_index(dataset: Path, tmp_path: Path) -> None:
+    out = _sample(dataset, tmp_path, SamplingConfig(k=3))
+    view = find_scenes(dataset)[0].view
+    append_completions(out, [Completion(view, "task_main", 3, "<answer>1</answer>")])  # one view holds 4
+    preds = collect_predictions(find_scenes(dataset), load_completions(out))
+    assert preds.k == 3 and preds.counts["beyond_k"] == 1
+    append_completions(out, [Completion(view, "task_main", 100000, "<answer>1</answer>")])
+    lines = len(out.read_text().splitlines())
+    with pytest.raises(UserError, match=rf"line {lines}: sample index 100000 is far beyond the 3 completion"):
+        collect_predictions(find_scenes(dataset), load_completions(out))
+    res = _score_cli(out, dataset, tmp_path / "o")
+    assert res.exit_code == EXIT_USAGE and f"line {lines}: sample index 100000" in res.output
+    explicit = collect_predictions(find_scenes(dataset), load_completions(out), k=2)  # --k: the rest is ignored
+    assert explicit.k == 2 and explicit.pred["main"].shape == (32, 2) and explicit.counts["beyond_k"] == 32 + 2
+    res = _score_cli(out, dataset, tmp_path / "o", "--k", "100001")
+    assert res.exit_code == EXIT_USAGE and "--k 100001: no view holds more than 5 completion(s)" in res.output
+
+
+def test_score_shows_n_and_refuses_low_coverage(dataset: Path, tmp_path: Path) -> None:
+    full = load_completions(_sample(dataset, tmp_path, SamplingConfig(k=1)))
+    one = tmp_path / "one.jsonl"
+    append_completions(one, [next(iter(full.values()))])  # 1 of 32 scenes
+    res = _score_cli(one, dataset, tmp_path / "o")
+    assert res.exit_code == EXIT_USAGE and "covers 1 of 32 scenes (3.1%), below --min-coverage 0.9" in res.output
+    assert not (tmp_path / "o").exists()
+    res = _score_cli(one, dataset, tmp_path / "o", "--min-coverage", "0")
+    assert res.exit_code == 0, res.output
+    assert "most scenes are absent" in res.output
+    assert "acc@1 1.0000 (n=1)  maj@1 0.0312 (n=32)  pass@1 0.0312 (n=32)  scenes 1/32" in res.output
+    m = json.loads((tmp_path / "o" / "metrics_m.json").read_text())
+    assert m["coverage"] == {"scenes": 32, "scenes_covered": 1, "share": 1 / 32}
+    assert m["object_counting"]["n"] == {"acc@1": 1, "maj@1": 32, "pass@1": 32, "selected@1[self_consistent]": 32,
+                                         "selected@1[self_consistent_and_invariants]": 32}
+    report = CliRunner().invoke(app, ["eval", "report", "--metrics", str(tmp_path / "o" / "metrics_m.json"),
+                                      "--out", str(tmp_path / "r")])
+    assert report.exit_code == 0, report.output
+    assert "1.000 (n=1)" in (tmp_path / "r" / "report.md").read_text()
+    assert _score_cli(one, dataset, tmp_path / "o2", "--min-coverage", "1.5").exit_code != 0
+
+
+def test_score_refuses_an_empty_completions_file(dataset: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    res = _score_cli(empty, dataset, tmp_path / "o")
+    assert res.exit_code == EXIT_USAGE and f"--completions {empty}: the file is empty" in res.output
+    empty.write_text('{"view": "a", "task": "task_main", "sam')  # only a half-written line
+    res = _score_cli(empty, dataset, tmp_path / "o")
+    assert res.exit_code == EXIT_USAGE and "holds no complete completion line" in res.output
+    assert not (tmp_path / "o").exists()

@@ -104,45 +104,66 @@ def score(
     name: str = typer.Option(..., "--name", help="Responder name (used in file names and tables)."),
     split: str = typer.Option("benchmark", "--split", help="Split folder of --data, as for `eval sample`."),
     mode: str | None = typer.Option(None, "--mode", help="from-trace or independent (default: from the file)."),
-    k: int | None = typer.Option(None, "--k", help="Samples per scene (default: the largest index in the file + 1)."),
+    k: int | None = typer.Option(None, "--k", help="Samples per scene (default: the most common number of completions "
+                                 "per view and task in the file)."),
     convention: str = typer.Option("dependent_given_prerequisite", "--convention",
                                    help="Conditional convention of the summary columns (both are also reported)."),
+    parse: str = typer.Option("official", "--parse", help="official (as the released evaluators read answers) or "
+                              "strict (spatialiq_train.parsing.parse_trace); recorded in the metrics file."),
+    min_coverage: float = typer.Option(0.9, "--min-coverage", help="Fail when fewer than this share of the scenes "
+                                       "have a completion (lower it to score a subset on purpose)."),
 ) -> None:
     """Metrics JSON plus an eval_raw_<name>_text.csv export in the released layout."""
-    from eval.completions import load_completions
+    from eval.completions import load_for_scoring
     from eval.hierarchy import check_convention
     from eval.rawcsv import write_raw_csv
     from eval.scenes import find_scenes
-    from eval.score import collect_predictions, first_sample_table, jsonable, require_matches, score_predictions
+    from eval.score import (
+        check_coverage,
+        collect_predictions,
+        first_sample_table,
+        jsonable,
+        require_matches,
+        resolve_k,
+        score_predictions,
+    )
+    from spatialiq_train.errors import UserError
     from spatialiq_train.io import atomic_write_json
 
     if mode not in (None, "from-trace", "independent"):
         raise _fail(f"--mode must be from-trace or independent, got {mode!r}")
+    if parse not in ("official", "strict"):
+        raise _fail(f"--parse must be official or strict, got {parse!r}")
     if k is not None and k < 1:
-        raise _fail(f"--k must be at least 1 (or left out to use every sample in the file), got {k}")
+        raise _fail(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
+    if not 0.0 <= min_coverage <= 1.0:
+        raise _fail(f"--min-coverage must be a share between 0 and 1, got {min_coverage}")
     if not name or name.strip(".") == "" or any(not (c.isalnum() or c in "._+-") for c in name):
         raise _fail(f"--name {name!r}: use letters, digits and . _ + - only (it becomes part of file names)")
     try:
         conv = check_convention(convention)
         scenes = find_scenes(data, split)
-        if not completions.is_file():
-            raise FileNotFoundError(f"--completions {completions}: no such file (`spatialiq eval sample` writes it)")
-        records = load_completions(completions)
+        records = load_for_scoring(completions)
+        k = resolve_k(records, k, completions)
+        preds = collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
+        require_matches(preds, records, data)
+        warning = check_coverage(preds, min_coverage, completions)
+    except UserError as exc:
+        raise _fail(exc.message, exc.exit_code) from None
     except (ValueError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from None
-    preds = collect_predictions(scenes, records, mode, k)  # type: ignore[arg-type]
-    try:
-        require_matches(preds, records, data)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
     metrics = score_predictions(preds, name, conv)
     metrics_path = out / f"metrics_{name}.json"
     atomic_write_json(metrics_path, jsonable(metrics))
     write_raw_csv(out / f"eval_raw_{name}_text.csv", first_sample_table(preds, name))
     oc = metrics["object_counting"]
-    shown = "  ".join(f"{key} {oc[key]:.4f}" for key in ("acc@1", f"maj@{preds.k}", f"pass@{preds.k}") if key in oc)
-    typer.echo(f"{metrics_path}: {shown}  unparseable {preds.counts['unparseable']}  absent {preds.counts['absent']}  "
-               f"unknown {preds.counts['unknown_view_or_task']}")
+    keys = ("acc@1", f"maj@{preds.k}", f"pass@{preds.k}")
+    shown = "  ".join(f"{key} {oc[key]:.4f} (n={oc['n'][key]})" for key in keys if key in oc)
+    typer.echo(f"{metrics_path}: {shown}  scenes {preds.counts['scenes_covered']}/{len(preds.scenes)}  "
+               f"unparseable {preds.counts['unparseable']}  absent {preds.counts['absent']}  "
+               f"unknown {preds.counts['unknown_view_or_task']}  parse {parse}")
 
 
 @eval_app.command("report")
