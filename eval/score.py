@@ -125,10 +125,8 @@ def _gt_array(scenes: Sequence[Scene], task: str) -> np.ndarray:
 
 def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Completion], mode: Mode | None = None,
                         k: int | None = None, parse: ParseRule = "official") -> SampledPredictions:
-    """Parse every completion into the per-task prediction arrays; count absent and unparseable ones.
-
-    ``k`` defaults to :func:`resolve_k`'s inference; ``parse`` picks the parse rule (module docstring).
-    """
+    """Parse every completion into per-task prediction arrays; count absent and unparseable ones. ``k`` defaults
+    to :func:`resolve_k`'s inference; ``parse`` picks the parse rule (module docstring)."""
     mode = mode or infer_mode(completions)
     k = resolve_k(completions, k) if k is None else k
     parse_trace = trace_parser(parse)
@@ -144,9 +142,8 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
     shape = (len(scenes), k)
     pred = {column_of(t): np.full(shape, np.nan) for t in columns}
     gt = {column_of(t): _gt_array(scenes, t) for t in columns}
-    line_visible = np.full(shape, np.nan) if mode == "from-trace" else None
-    line_hidden = np.full(shape, np.nan) if mode == "from-trace" else None
-    consistency = np.full(shape, np.nan) if mode == "from-trace" else None
+    line_visible, line_hidden, consistency = ((np.full(shape, np.nan) if mode == "from-trace" else None)
+                                              for _ in range(3))
     counts = {"completions": 0, "unknown_view_or_task": 0, "beyond_k": 0, "unparseable": 0}
     traces: dict[str, ParsedTrace] = {}  # identical texts (frequent among k samples) are parsed once
     covered: set[int] = set()
@@ -170,14 +167,12 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
         trace = traces.get(c.text)
         if trace is None:
             trace = traces[c.text] = parse_trace(c.text)
-        if trace.answer is None:
-            counts["unparseable"] += 1
-        else:
-            pred["main"][i, c.sample] = _stored(trace.answer)
-        for task in TRACE_TASKS:
-            value = trace.tasks.get(task)
+        counts["unparseable"] += trace.answer is None
+        for task, value in ((t, trace.tasks.get(t)) for t in TRACE_TASKS):
             if value is not None:
                 pred[task][i, c.sample] = _stored(value)
+        if trace.answer is not None:
+            pred["main"][i, c.sample] = _stored(trace.answer)
         if trace.total_line is not None:
             line_visible[i, c.sample], line_hidden[i, c.sample] = trace.total_line[0], trace.total_line[1]
         if trace.self_consistent is not None:

@@ -96,6 +96,15 @@ def sample(
     typer.echo(f"{out}: {report.already_done} already on file, {report.written} written")
 
 
+def _score_line(metrics: dict) -> str:
+    """The console summary of a metrics file: every accuracy with its n, coverage, counts, parse rule."""
+    oc, k, counts = metrics["object_counting"], metrics["k"], metrics["counts"]
+    shown = "  ".join(f"{key} {oc[key]:.4f} (n={oc['n'][key]})" for key in ("acc@1", f"maj@{k}", f"pass@{k}")
+                      if key in oc)
+    return (f"{shown}  scenes {counts['scenes_covered']}/{metrics['scenes']}  unparseable {counts['unparseable']}  "
+            f"absent {counts['absent']}  unknown {counts['unknown_view_or_task']}  parse {metrics['parse']}")
+
+
 @eval_app.command("score")
 def score(
     completions: Path = typer.Option(..., "--completions", help="Completions JSONL from `spatialiq eval sample`."),
@@ -114,19 +123,11 @@ def score(
                                        "have a completion (lower it to score a subset on purpose)."),
 ) -> None:
     """Metrics JSON plus an eval_raw_<name>_text.csv export in the released layout."""
+    from eval import score as scoring
     from eval.completions import load_for_scoring
     from eval.hierarchy import check_convention
     from eval.rawcsv import write_raw_csv
     from eval.scenes import find_scenes
-    from eval.score import (
-        check_coverage,
-        collect_predictions,
-        first_sample_table,
-        jsonable,
-        require_matches,
-        resolve_k,
-        score_predictions,
-    )
     from spatialiq_train.errors import UserError
     from spatialiq_train.io import atomic_write_json
 
@@ -144,26 +145,21 @@ def score(
         conv = check_convention(convention)
         scenes = find_scenes(data, split)
         records = load_for_scoring(completions)
-        k = resolve_k(records, k, completions)
-        preds = collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
-        require_matches(preds, records, data)
-        warning = check_coverage(preds, min_coverage, completions)
+        k = scoring.resolve_k(records, k, completions)
+        preds = scoring.collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
+        scoring.require_matches(preds, records, data)
+        warning = scoring.check_coverage(preds, min_coverage, completions)
     except UserError as exc:
         raise _fail(exc.message, exc.exit_code) from None
     except (ValueError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from None
     if warning:
         typer.echo(f"warning: {warning}", err=True)
-    metrics = score_predictions(preds, name, conv)
+    metrics = scoring.score_predictions(preds, name, conv)
     metrics_path = out / f"metrics_{name}.json"
-    atomic_write_json(metrics_path, jsonable(metrics))
-    write_raw_csv(out / f"eval_raw_{name}_text.csv", first_sample_table(preds, name))
-    oc = metrics["object_counting"]
-    keys = ("acc@1", f"maj@{preds.k}", f"pass@{preds.k}")
-    shown = "  ".join(f"{key} {oc[key]:.4f} (n={oc['n'][key]})" for key in keys if key in oc)
-    typer.echo(f"{metrics_path}: {shown}  scenes {preds.counts['scenes_covered']}/{len(preds.scenes)}  "
-               f"unparseable {preds.counts['unparseable']}  absent {preds.counts['absent']}  "
-               f"unknown {preds.counts['unknown_view_or_task']}  parse {parse}")
+    atomic_write_json(metrics_path, scoring.jsonable(metrics))
+    write_raw_csv(out / f"eval_raw_{name}_text.csv", scoring.first_sample_table(preds, name))
+    typer.echo(f"{metrics_path}: {_score_line(metrics)}")
 
 
 @eval_app.command("report")
