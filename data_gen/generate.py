@@ -520,7 +520,8 @@ def _finish_shard(cfg: GenConfig, shard: int, rows: list[dict[str, Any]],
 
 
 def merge(out: Path, log_fn: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Verify every shard against its completion record and write ``manifest.json``; returns it."""
+    """Verify every shard against its completion record and write ``manifest.json`` and the dataset card; returns
+    the manifest."""
     from spatialiq_train import __version__
 
     out = Path(out)
@@ -554,6 +555,9 @@ def merge(out: Path, log_fn: Callable[[str], None] | None = None) -> dict[str, A
     manifest = {"generator": "spatialiq-train", "version": __version__, "arguments": args, "counts": counts,
                 "shards": shards}
     atomic_write_json(out / layout.MANIFEST_FILE, manifest)
+    from data_gen.dataset_card import write_dataset_card
+
+    write_dataset_card(out)  # beside the manifest: a finished dataset is loadable and pushable as it is
     if log_fn:
         log_fn(f"manifest: {counts['structures']} structures, {counts['views']} views in {k} shard(s)")
     return manifest

@@ -49,14 +49,10 @@ def _images(req: Request) -> list[Any]:
 
 
 def load_processor(model_path: str | Path) -> Any:
-    """The model's processor (the project's loader when present, which copes with image-only processors)."""
-    try:
-        from spatialiq_train.tiny import load_processor as project_loader
-    except ImportError:
-        from transformers import AutoProcessor
+    """The checkpoint's processor, with the pixel budget it was saved with."""
+    from spatialiq_train.processor import load_processor as load
 
-        return AutoProcessor.from_pretrained(str(model_path))
-    return project_loader(model_path)
+    return load(model_path)
 
 
 def vllm_available() -> bool:
@@ -123,18 +119,13 @@ def _repeat(texts: list[str], dec: Decoding) -> list[str]:
 
 
 def pixel_budget(processor: Any) -> tuple[int, int] | None:
-    """(min_pixels, max_pixels) of a Qwen2.5-VL processor's image processor, or None when it has none."""
-    image_processor = getattr(processor, "image_processor", None)
-    if image_processor is None:
+    """(min_pixels, max_pixels) of a Qwen2.5-VL processor's image processor, or None when it sets none."""
+    from spatialiq_train.processor import ProcessorError, budget_of
+
+    try:
+        return budget_of(processor)
+    except ProcessorError:
         return None
-    size = getattr(image_processor, "size", None) or {}
-    lo = getattr(image_processor, "min_pixels", None) or _get(size, "shortest_edge")
-    hi = getattr(image_processor, "max_pixels", None) or _get(size, "longest_edge")
-    return (int(lo), int(hi)) if lo and hi else None
-
-
-def _get(size: Any, key: str) -> Any:
-    return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
 
 
 def fit_images(images: list[Any], budget: tuple[int, int] | None) -> list[Any]:
@@ -189,9 +180,10 @@ class TransformersEngine:
         return outputs
 
 
-PROMPT_TOKEN_BUDGET = 1024
-"""Tokens reserved for the prompt when ``max_model_len`` is not given: the system prompt, the question and up to
-two views at the recipes' 200,704-pixel budget (256 image tokens each) fit in about 700."""
+PROMPT_TOKEN_BUDGET = 2048
+"""Tokens reserved for the prompt when ``max_model_len`` is not given: the system prompt, the longest benchmark
+question and two views at the recipes' 200,704-pixel budget (256 image tokens each) take about 1,000 with
+Qwen2.5-VL's tokenizer; the rest is headroom (a prompt that still does not fit is refused before vLLM sees it)."""
 
 
 def default_max_model_len(max_new_tokens: int) -> int:
@@ -235,11 +227,26 @@ class VLLMEngine:
         prompts, params = [], []
         for req in requests:
             text = self.processor.apply_chat_template(_messages(req), tokenize=False, add_generation_prompt=True)
-            prompts.append({"prompt": text, "multi_modal_data": {"image": fit_images(_images(req), self.budget)}})
+            images = fit_images(_images(req), self.budget)
+            self._check_length(req, text, images, config.max_new_tokens)
+            prompts.append({"prompt": text, "multi_modal_data": {"image": images}})
             params.append(SamplingParams(**sampling_params_kwargs(config, len(req.samples), req.seed)))
         results = self.llm.generate(prompts, params, use_tqdm=False)
         return [_repeat([o.text for o in r.outputs], decoding_for(config, len(req.samples)))
                 for r, req in zip(results, requests, strict=True)]
+
+
+    def _check_length(self, req: Request, text: str, images: list[Any], max_new_tokens: int) -> None:
+        """Refuse a prompt that cannot fit ``max_model_len`` with its new-token budget, naming the view."""
+        from spatialiq_train.processor import image_token_count
+
+        n_text = len(self.processor.tokenizer(text)["input_ids"])
+        n_images = sum(image_token_count(im.height, im.width, self.processor) - 1 for im in images) \
+            if self.budget is not None else 0
+        if n_text + n_images + max_new_tokens > self.max_model_len:
+            raise ValueError(
+                f"{req.view} {req.task}: prompt ({n_text + n_images} tokens) + --max-new-tokens ({max_new_tokens}) "
+                f"exceeds vLLM's max_model_len ({self.max_model_len}); pass a larger --max-model-len")
 
 
 def make_engine(name: EngineName, model_path: str | Path, *, tensor_parallel_size: int = 1, device: str = "cpu",

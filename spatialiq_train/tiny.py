@@ -129,18 +129,10 @@ def build_processor(tokenizer: Any, image_processor: Any | None = None) -> Any:
 
 
 def load_processor(path: str | Path) -> Any:
-    """Load a saved processor; `AutoProcessor` silently returns only the tokenizer here, so try it last."""
-    from transformers import AutoProcessor, Qwen2_5_VLProcessor
+    """Deprecated location; see :func:`spatialiq_train.processor.load_processor`."""
+    from spatialiq_train.processor import load_processor as load
 
-    try:
-        return Qwen2_5_VLProcessor.from_pretrained(str(path))
-    except (AttributeError, ImportError, TypeError, ValueError, OSError):
-        pass
-    try:
-        return _image_only_processor_class().from_pretrained(str(path))
-    except (AttributeError, ImportError, TypeError, ValueError, OSError) as exc:
-        log.debug("image-only processor could not load %s (%s)", path, exc)
-    return AutoProcessor.from_pretrained(str(path))
+    return load(path)
 
 
 def token_ids(tokenizer: Any) -> dict[str, int]:

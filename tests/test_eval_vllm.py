@@ -10,7 +10,7 @@ import vllm_standin
 from typer.testing import CliRunner
 
 from eval.completions import load_completions
-from eval.engines import decoding_for, generate_kwargs, sampling_params_kwargs
+from eval.engines import PROMPT_TOKEN_BUDGET, decoding_for, generate_kwargs, sampling_params_kwargs
 from eval.sample import SamplingConfig
 from spatialiq_train.cli import app
 
@@ -79,7 +79,7 @@ def test_vllm_engine_writes_and_scores_like_transformers(tiny_run: tuple[Path, P
     standin = vllm_standin.install(monkeypatch)
     _sample(model, data, tmp_path / "vllm.jsonl", "vllm", "--k", "10", "--temperature", "0")
     llm = standin.LLM.instances[-1]
-    assert llm.kwargs["max_model_len"] == 1024 + 6 and llm.kwargs["limit_mm_per_prompt"] == {"image": 1}
+    assert llm.kwargs["max_model_len"] == PROMPT_TOKEN_BUDGET + 6 and llm.kwargs["limit_mm_per_prompt"] == {"image": 1}
     from spatialiq_train.processor import image_token_count, load_processor
 
     processor = load_processor(model)
@@ -104,3 +104,16 @@ def test_vllm_engine_samples_k_and_two_images(tiny_run: tuple[Path, Path], tmp_p
     llm = standin.LLM.instances[-1]
     assert llm.kwargs["limit_mm_per_prompt"] == {"image": 2}
     assert all(len(r.image_sizes) == 2 for r in llm.records)
+
+
+@pytest.mark.slow
+def test_vllm_engine_refuses_a_prompt_longer_than_max_model_len(tiny_run: tuple[Path, Path], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    model, data = tiny_run
+    vllm_standin.install(monkeypatch)
+    res = CliRunner().invoke(app, ["eval", "sample", "--model", str(model), "--data", str(data), "--out",
+                                   str(tmp_path / "c.jsonl"), "--engine", "vllm", "--max-new-tokens", "6",
+                                   "--limit", "1", "--max-model-len", "300"])
+    assert res.exit_code != 0
+    assert "exceeds vLLM's max_model_len (300)" in str(res.exception) + res.output
+    assert "--max-model-len" in str(res.exception) + res.output

@@ -111,8 +111,9 @@ def test_dataset_card_loads_with_datasets(tmp_path: Path) -> None:
 def _greedy(model_dir: Path, image_size: int = 64) -> str:
     import torch
     from PIL import Image
-    from spatialiq_train.processor import load_processor
     from transformers import AutoModelForImageTextToText
+
+    from spatialiq_train.processor import load_processor
 
     processor = load_processor(model_dir)
     model = AutoModelForImageTextToText.from_pretrained(str(model_dir)).eval()

@@ -69,7 +69,7 @@ def test_dapo_tight_run_resumes_after_interruption(tmp_path: Path) -> None:
 
     from transformers import AutoModelForImageTextToText
 
-    from spatialiq_train.tiny import load_processor
+    from spatialiq_train.processor import load_processor
 
     final = out / "final"
     assert (final / "model.safetensors").is_file() and not list(final.glob("*.bin"))

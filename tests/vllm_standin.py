@@ -88,8 +88,9 @@ class LLM:
     def _load(self) -> None:
         if self._model is not None:
             return
-        from spatialiq_train.processor import load_processor
         from transformers import AutoModelForImageTextToText
+
+        from spatialiq_train.processor import load_processor
 
         budget = self.kwargs.get("mm_processor_kwargs") or {}
         self._processor = load_processor(self.model_path, min_pixels=budget.get("min_pixels"),

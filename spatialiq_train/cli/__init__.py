@@ -7,8 +7,12 @@ commands; heavy libraries are imported inside the command bodies so ``spatialiq 
 from __future__ import annotations
 
 import logging
+import sys
+from typing import Any
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from spatialiq_train.cli import demo as demo_cli
 from spatialiq_train.cli import eval as eval_cli
@@ -17,8 +21,24 @@ from spatialiq_train.cli import release as release_cli
 from spatialiq_train.cli import reward as reward_cli
 from spatialiq_train.cli import traces as traces_cli
 from spatialiq_train.cli import train as train_cli
+from spatialiq_train.errors import UserError
+
+
+class _Commands(TyperGroup):
+    """Renders a :class:`UserError` raised by any command as one ``error: ...`` line with its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            if ctx.meta.get("spatialiq.verbose") or "-v" in sys.argv[1:] or "--verbose" in sys.argv[1:]:
+                raise
+            typer.echo(f"error: {exc.message}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+
 
 app = typer.Typer(
+    cls=_Commands,
     name="spatialiq",
     help="Spatial-IQ training: generate cube scenes, build traces, score rewards, train and evaluate.",
     no_args_is_help=True,
@@ -31,7 +51,9 @@ for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, release_cl
 
 
 @app.callback()
-def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEBUG level.")) -> None:
+def _root(ctx: typer.Context,
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEBUG; tracebacks on errors.")) -> None:
+    ctx.meta["spatialiq.verbose"] = verbose
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
 
@@ -50,8 +72,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def main() -> None:
     """Console entry point: clean one-line errors for bad input, tracebacks only with --verbose."""
-    import sys
-
     try:
         app()
     except _user_errors() as exc:

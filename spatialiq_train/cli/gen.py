@@ -64,9 +64,6 @@ def gen(
     if plan_only:
         typer.echo(f"plan written: {out / 'plan.json'}")
     elif manifest is not None:
-        from data_gen.dataset_card import write_dataset_card
-
-        write_dataset_card(out)
         c = manifest["counts"]
         typer.echo(f"{c['structures']} structures, {c['views']} views, {len(manifest['shards'])} shard(s) in {out}")
     else:
@@ -81,9 +78,6 @@ def gen_merge(out: Path = typer.Option(..., "--out", help="Dataset directory of 
         manifest = merge(out)
     except GenerationError as exc:
         raise _fail(str(exc)) from None
-    from data_gen.dataset_card import write_dataset_card
-
-    write_dataset_card(out)
     typer.echo(f"manifest written: {manifest['counts']['structures']} structures, {len(manifest['shards'])} shard(s)")
 
 

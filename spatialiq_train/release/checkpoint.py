@@ -106,6 +106,9 @@ def write_processor(src: Path, dst: Path, min_pixels: int | None, max_pixels: in
 
     processor = load_processor(src, min_pixels=min_pixels, max_pixels=max_pixels)
     processor.save_pretrained(str(dst))
+    # transformers 5 folds the image processor into processor_config.json; older readers (and vLLM's image
+    # processor lookup) want preprocessor_config.json as well, so a release carries both.
+    processor.image_processor.save_pretrained(str(dst))
     if not getattr(processor, "chat_template", None):
         raise ReleaseError(f"{src}: the processor has no chat template; a release must carry one")
     return processor

@@ -76,15 +76,9 @@ def ensure_base_model(recipe: Recipe, run_dir: Path) -> str:
 
 def load_processor_for(recipe: Recipe, model_path: str) -> Any:
     """The model's processor with the recipe's pixel bounds."""
-    from spatialiq_train.tiny import load_processor
+    from spatialiq_train.processor import load_processor
 
-    processor = load_processor(model_path)
-    image_processor = processor.image_processor
-    image_processor.size = {"shortest_edge": recipe.model.min_pixels, "longest_edge": recipe.model.max_pixels}
-    for attr, value in (("min_pixels", recipe.model.min_pixels), ("max_pixels", recipe.model.max_pixels)):
-        if hasattr(image_processor, attr):
-            setattr(image_processor, attr, value)
-    return processor
+    return load_processor(model_path, recipe.model.min_pixels, recipe.model.max_pixels)
 
 
 def freeze_vision_tower(model: Any) -> int:

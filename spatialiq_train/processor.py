@@ -1,0 +1,167 @@
+"""The one processor loader, and the pixel-budget arithmetic every engine shares.
+
+Qwen2.5-VL resizes each image to multiples of 28 pixels inside ``[min_pixels, max_pixels]`` and then emits one
+image token per 28x28 block. The trainer, vLLM and NeMo-RL must see the same image-token count for the same view,
+so every side either loads its processor through :func:`load_processor` with the recipe's budget, or receives
+images already resized by :func:`resize_to_budget` (a resize to the processor's own target size is a no-op for it).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from spatialiq_train.errors import UserError
+
+log = logging.getLogger(__name__)
+
+PATCH = 14
+"""Qwen2.5-VL vision patch size (pixels)."""
+MERGE = 2
+"""Patches merged per side into one image token."""
+FACTOR = PATCH * MERGE
+"""Image sides are rounded to multiples of this (28 pixels)."""
+MAX_ASPECT = 200
+"""Qwen2.5-VL refuses images whose longer side exceeds this multiple of the shorter."""
+
+
+class ProcessorError(UserError):
+    """A processor folder that cannot be loaded, or a pixel budget that cannot hold an image."""
+
+
+def check_budget(min_pixels: int, max_pixels: int) -> None:
+    """Refuse a budget no image fits in, naming both bounds."""
+    if min_pixels < FACTOR * FACTOR or max_pixels < min_pixels:
+        raise ProcessorError(
+            f"pixel budget min_pixels={min_pixels}, max_pixels={max_pixels} is invalid: need "
+            f"{FACTOR * FACTOR} <= min_pixels <= max_pixels")
+
+
+def target_size(height: int, width: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """(height, width) Qwen2.5-VL resizes a ``height`` x ``width`` image to under this pixel budget.
+
+    Both sides become multiples of 28, the area stays inside ``[min_pixels, max_pixels]`` and the aspect ratio is
+    kept as closely as the rounding allows (the ``smart_resize`` rule of the Qwen2-VL image processors).
+    """
+    if height < 1 or width < 1:
+        raise ProcessorError(f"an image of {width}x{height} pixels has no area")
+    if max(height, width) / min(height, width) > MAX_ASPECT:
+        raise ProcessorError(f"an image of {width}x{height} pixels is more than {MAX_ASPECT}:1; Qwen2.5-VL refuses it")
+    check_budget(min_pixels, max_pixels)
+    h = max(FACTOR, round(height / FACTOR) * FACTOR)
+    w = max(FACTOR, round(width / FACTOR) * FACTOR)
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h = max(FACTOR, math.floor(height / beta / FACTOR) * FACTOR)
+        w = max(FACTOR, math.floor(width / beta / FACTOR) * FACTOR)
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h = math.ceil(height * beta / FACTOR) * FACTOR
+        w = math.ceil(width * beta / FACTOR) * FACTOR
+    return h, w
+
+
+def tokens_for(height: int, width: int, min_pixels: int, max_pixels: int) -> int:
+    """Image tokens Qwen2.5-VL spends on a ``height`` x ``width`` image under this budget."""
+    h, w = target_size(height, width, min_pixels, max_pixels)
+    return (h // FACTOR) * (w // FACTOR)
+
+
+def budget_of(processor: Any) -> tuple[int, int]:
+    """(min_pixels, max_pixels) a loaded processor applies."""
+    image_processor = getattr(processor, "image_processor", None)
+    if image_processor is None:
+        raise ProcessorError("this processor has no image processor (a tokenizer was loaded instead)")
+    size = getattr(image_processor, "size", None) or {}
+    get = size.get if isinstance(size, dict) else (lambda k: getattr(size, k, None))
+    lo = getattr(image_processor, "min_pixels", None) or get("shortest_edge")
+    hi = getattr(image_processor, "max_pixels", None) or get("longest_edge")
+    if not lo or not hi:
+        raise ProcessorError("this image processor sets no min_pixels/max_pixels budget")
+    return int(lo), int(hi)
+
+
+def image_token_count(height: int, width: int, processor: Any) -> int:
+    """Image tokens ``processor`` emits for a ``height`` x ``width`` image."""
+    return tokens_for(height, width, *budget_of(processor))
+
+
+def resize_to_budget(image: Any, min_pixels: int, max_pixels: int) -> Any:
+    """A PIL image resized (bicubic, RGB) to the size the processor would choose; unchanged when already there."""
+    h, w = target_size(image.height, image.width, min_pixels, max_pixels)
+    if image.mode != "RGB":
+        image = image.convert("RGB")
+    if (image.height, image.width) == (h, w):
+        return image
+    from PIL import Image
+
+    return image.resize((w, h), Image.Resampling.BICUBIC)
+
+
+def apply_pixel_budget(processor: Any, min_pixels: int | None, max_pixels: int | None) -> Any:
+    """Set the image processor's budget in place (both the ``size`` dict and the legacy attributes); returns it."""
+    if min_pixels is None and max_pixels is None:
+        return processor
+    lo, hi = budget_of(processor) if (min_pixels is None or max_pixels is None) else (min_pixels, max_pixels)
+    lo, hi = int(min_pixels if min_pixels is not None else lo), int(max_pixels if max_pixels is not None else hi)
+    check_budget(lo, hi)
+    image_processor = processor.image_processor
+    image_processor.size = {"shortest_edge": lo, "longest_edge": hi}
+    for attr, value in (("min_pixels", lo), ("max_pixels", hi)):
+        if hasattr(image_processor, attr):
+            setattr(image_processor, attr, value)
+    return processor
+
+
+def _image_only_class() -> type:
+    from spatialiq_train.tiny import _image_only_processor_class
+
+    return _image_only_processor_class()
+
+
+def _video_processor_missing(exc: BaseException) -> bool:
+    """True when loading failed only because the video processor needs torchvision (absent on CPU machines)."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(word in text for word in ("torchvision", "video"))
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _check_folder(folder: Path) -> None:
+    if not folder.is_dir():
+        raise ProcessorError(f"{folder}: no such checkpoint folder (expected a saved model with its processor, "
+                             "or a hub id of the form org/name)")
+    if not (folder / "preprocessor_config.json").is_file() and not (folder / "processor_config.json").is_file():
+        raise ProcessorError(f"{folder}: no preprocessor_config.json or processor_config.json; save the processor "
+                             "beside the model (processor.save_pretrained)")
+
+
+def load_processor(path: str | Path, min_pixels: int | None = None, max_pixels: int | None = None) -> Any:
+    """The Qwen2.5-VL processor saved at ``path`` (a folder, or a hub id), with the given pixel budget applied.
+
+    Falls back to an image-only processor (no video processor) only when the full one fails for want of
+    torchvision; any other failure is raised with the folder named. Never returns a bare tokenizer.
+    """
+    folder = Path(path)
+    if folder.exists() or not _HUB_ID.fullmatch(str(path)) or str(path).startswith((".", "/", "~")):
+        _check_folder(folder)
+    from transformers import Qwen2_5_VLProcessor
+
+    try:
+        processor = Qwen2_5_VLProcessor.from_pretrained(str(folder))
+    except (ImportError, ValueError, TypeError, AttributeError, OSError) as exc:
+        if not _video_processor_missing(exc):
+            raise ProcessorError(f"{folder}: the Qwen2.5-VL processor does not load ({type(exc).__name__}: {exc})") \
+                from exc
+        log.debug("full processor needs torchvision (%s); loading the image-only processor", exc)
+        try:
+            processor = _image_only_class().from_pretrained(str(folder))
+        except (ImportError, ValueError, TypeError, AttributeError, OSError) as exc2:
+            raise ProcessorError(f"{folder}: the processor does not load ({type(exc2).__name__}: {exc2})") from exc2
+    if getattr(processor, "image_processor", None) is None:
+        raise ProcessorError(f"{folder}: loaded without an image processor; is this a vision-language checkpoint?")
+    return apply_pixel_budget(processor, min_pixels, max_pixels)
