@@ -51,8 +51,7 @@ def target_size(height: int, width: int, min_pixels: int, max_pixels: int) -> tu
     if max(height, width) / min(height, width) > MAX_ASPECT:
         raise ProcessorError(f"an image of {width}x{height} pixels is more than {MAX_ASPECT}:1; Qwen2.5-VL refuses it")
     check_budget(min_pixels, max_pixels)
-    h = max(FACTOR, round(height / FACTOR) * FACTOR)
-    w = max(FACTOR, round(width / FACTOR) * FACTOR)
+    h, w = round(height / FACTOR) * FACTOR, round(width / FACTOR) * FACTOR
     if h * w > max_pixels:
         beta = math.sqrt(height * width / max_pixels)
         h = max(FACTOR, math.floor(height / beta / FACTOR) * FACTOR)

@@ -1,0 +1,95 @@
+"""The core processor module: one loader with the pixel budget, and the resize arithmetic every engine shares."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spatialiq_train.processor import (
+    ProcessorError,
+    apply_pixel_budget,
+    budget_of,
+    image_token_count,
+    load_processor,
+    resize_to_budget,
+    target_size,
+    tokens_for,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(h=st.integers(1, 3000), w=st.integers(1, 3000), lo=st.integers(3136, 200_000), extra=st.integers(0, 2_000_000))
+def test_target_size_is_the_qwen2_vl_resize_rule(h: int, w: int, lo: int, extra: int) -> None:
+    pytest.importorskip("transformers")
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    if max(h, w) / min(h, w) > 200:
+        with pytest.raises(ProcessorError, match="200:1"):
+            target_size(h, w, lo, lo + extra)
+        return
+    assert target_size(h, w, lo, lo + extra) == smart_resize(h, w, 28, lo, lo + extra)
+
+
+def test_budget_errors_name_both_bounds() -> None:
+    with pytest.raises(ProcessorError, match="min_pixels=100, max_pixels=50"):
+        target_size(64, 64, 100, 50)
+    with pytest.raises(ProcessorError, match="no area"):
+        target_size(0, 64, 3136, 12544)
+
+
+def test_token_count_of_a_512_view_at_the_recipes_budget() -> None:
+    assert tokens_for(512, 512, 3136, 200_704) == 256  # 448x448 -> 16x16 tokens
+    assert tokens_for(512, 512, 3136, 12_544) == 16  # tiny_cpu's budget: 112x112
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("torch")
+    from spatialiq_train.tiny import save_tiny
+
+    return save_tiny(tmp_path_factory.mktemp("proc") / "tiny")
+
+
+@pytest.mark.parametrize(("size", "budget"), [((512, 512), (3136, 200_704)), ((300, 170), (3136, 12_544)),
+                                              ((48, 48), (3136, 12_544))])
+def test_processor_emits_the_counted_tokens(tiny: Path, size: tuple[int, int], budget: tuple[int, int]) -> None:
+    from PIL import Image
+
+    processor = load_processor(tiny, *budget)
+    assert budget_of(processor) == budget
+    image = Image.new("RGB", size, (10, 200, 30))
+    out = processor(text=["<|vision_start|><|image_pad|><|vision_end|>"], images=[image], return_tensors="pt")
+    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert int((out["input_ids"] == pad).sum()) == image_token_count(size[1], size[0], processor)
+    # a pre-resized image costs the same tokens and is left as it is by a second resize
+    fitted = resize_to_budget(image, *budget)
+    assert resize_to_budget(fitted, *budget) is fitted
+    again = processor(text=["<|vision_start|><|image_pad|><|vision_end|>"], images=[fitted], return_tensors="pt")
+    assert int((again["input_ids"] == pad).sum()) == int((out["input_ids"] == pad).sum())
+
+
+def test_budget_survives_save_and_load(tiny: Path, tmp_path: Path) -> None:
+    processor = apply_pixel_budget(load_processor(tiny), 3136, 50_176)
+    processor.save_pretrained(str(tmp_path / "p"))
+    assert budget_of(load_processor(tmp_path / "p")) == (3136, 50_176)
+    assert budget_of(load_processor(tmp_path / "p", max_pixels=12_544)) == (3136, 12_544)
+
+
+def test_load_processor_fails_loudly_instead_of_returning_a_tokenizer(tiny: Path, tmp_path: Path) -> None:
+    with pytest.raises(ProcessorError, match="no such checkpoint folder"):
+        load_processor(tmp_path / "missing")
+    tokenizer_only = tmp_path / "tok"
+    tokenizer_only.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny / name, tokenizer_only / name)
+    with pytest.raises(ProcessorError, match="no preprocessor_config.json or processor_config.json"):
+        load_processor(tokenizer_only)
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny, broken)
+    (broken / "processor_config.json").write_text('{"image_processor": {"patch_size": 14,')
+    with pytest.raises(ProcessorError, match=f"{broken}: the Qwen2.5-VL processor does not load.*not a valid JSON"):
+        load_processor(broken)
