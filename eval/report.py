@@ -144,7 +144,9 @@ def _with_n(value: Any, n: Any) -> str:
 
 def markdown(metrics: list[dict[str, Any]]) -> str:
     parts = ["# Spatial-IQ evaluation report", ""]
-    parts += ["## Summary columns (first sample)", ""]
+    parts += [f"> **{m['name']}**: {m['note']}" for m in metrics if m.get("note")]
+    parts += ["", "## Summary columns (first sample)", ""] if any(m.get("note") for m in metrics) else \
+        ["## Summary columns (first sample)", ""]
     parts.append(_table(["responder", "convention", *SUMMARY_COLUMNS],
                         [[m["name"], m.get("convention", "")] + [_num(m["summary"].get(c)) for c in SUMMARY_COLUMNS]
                          for m in metrics]))

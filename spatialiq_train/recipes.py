@@ -275,8 +275,18 @@ def recipe_from_dict(data: dict[str, Any], source: str = "<recipe>") -> Recipe:
         raise RecipeError(_describe(exc, source)) from None
 
 
-SHIPPED_RECIPES = Path(__file__).resolve().parents[1] / "recipes"
-"""The repository's recipes/ folder (present in a source checkout or editable install)."""
+def _shipped_recipes_dir() -> Path:
+    """The shipped recipes: package data of the ``recipes`` package in any install, else the checkout's folder."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("recipes")
+    if spec is not None and spec.origin and (Path(spec.origin).parent / "tiny_cpu.yaml").is_file():
+        return Path(spec.origin).parent
+    return Path(__file__).resolve().parents[1] / "recipes"
+
+
+SHIPPED_RECIPES = _shipped_recipes_dir()
+"""Folder of the shipped recipes (found by name from any working directory: ``spatialiq recipes show tiny_cpu``)."""
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:

@@ -29,12 +29,12 @@ def _parse(args: list[str]):  # noqa: ANN202 - typer's (vendored) click Context
 def test_every_demo_step_parses(tmp_path: Path) -> None:
     steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
     names = [ctx.command.name for ctx in map(_parse, steps)]
-    assert names == ["gen", "gen", "check-splits", "traces", "dapo-tight", "sample", "score", "report"]
+    assert names == ["gen", "gen", "check-splits", "traces", "dapo-tight", "sample", "score", "report", "release"]
 
 
 def test_demo_steps_chain_outputs_to_inputs(tmp_path: Path) -> None:
     steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
-    gen_train, gen_bench, _, traces, run, sample, score, report = steps
+    gen_train, gen_bench, _, traces, run, sample, score, report, release = steps
     train_dir, bench_dir = gen_train[2], gen_bench[2]
     assert traces[traces.index("--data") + 1] == train_dir
     assert f"data.traces_dir={traces[traces.index('--out') + 1]}" in run
@@ -43,6 +43,10 @@ def test_demo_steps_chain_outputs_to_inputs(tmp_path: Path) -> None:
     assert sample[sample.index("--data") + 1] == bench_dir == score[score.index("--data") + 1]
     assert score[score.index("--completions") + 1] == sample[sample.index("--out") + 1]
     assert report[report.index("--metrics") + 1].endswith("metrics_demo-tiny.json")
+    assert release[release.index("--metrics") + 1] == report[report.index("--metrics") + 1]
+    assert release[release.index("--run") + 1] == run[run.index("--out") + 1]
+    assert release[release.index("--out") + 1] == str(tmp_path / "release")
+    assert "means nothing" in score[score.index("--note") + 1]
     assert gen_train[gen_train.index("--split") + 1] == "train"
     assert gen_bench[gen_bench.index("--split") + 1] == "benchmark"
 
@@ -75,3 +79,22 @@ def test_demo_stops_at_the_first_failing_step(tmp_path: Path, monkeypatch) -> No
     assert result.exit_code != 0
     assert "demo step 1 failed" in result.output
     assert "ok: recipes/tiny_cpu.yaml" not in result.output
+
+
+def test_demo_finds_its_recipe_from_any_directory(tmp_path: Path, monkeypatch) -> None:
+    """The default recipe is a shipped name, resolved without the repository as working directory."""
+    from spatialiq_train.recipes import load_recipe
+
+    monkeypatch.chdir(tmp_path)
+    assert load_recipe("tiny_cpu").model.min_pixels > 0
+    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu")
+    assert str(_parse(steps[4]).params["recipe"]) == "tiny_cpu"
+
+
+def test_demo_refuses_a_missing_recipe_before_any_work(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "d"), "--recipe", "no_such_recipe"])
+    said = result.output + str(result.exception)
+    assert result.exit_code != 0 and "no_such_recipe" in said and "tiny_cpu" in said
+    assert not (tmp_path / "d").exists()

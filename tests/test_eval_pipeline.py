@@ -276,9 +276,10 @@ def test_cli_score_report_compare(dataset: Path, tmp_path: Path) -> None:
     out = _sample(dataset, tmp_path, SamplingConfig(k=2), wrong={1: "<answer>1</answer>"})
     runner = CliRunner()
     res = runner.invoke(app, ["eval", "score", "--completions", str(out), "--data", str(dataset),
-                              "--out", str(tmp_path / "s"), "--name", "dapo-toy"])
+                              "--out", str(tmp_path / "s"), "--name", "dapo-toy", "--note", "toy responder"])
     assert res.exit_code == 0, res.output
     metrics = json.loads((tmp_path / "s" / "metrics_dapo-toy.json").read_text())
+    assert metrics["note"] == "toy responder"
     assert metrics["object_counting"]["maj@2"] == 1.0 and metrics["object_counting"]["pass@2"] == 1.0
     assert metrics["convention"] == "dependent_given_prerequisite"
     assert read_raw_csv(tmp_path / "s" / "eval_raw_dapo-toy_text.csv").name == "dapo-toy"
@@ -287,6 +288,7 @@ def test_cli_score_report_compare(dataset: Path, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     md = (tmp_path / "r" / "report.md").read_text()
     assert "| dapo-toy | 2 | 1.000 (n=32) | 1.000 (n=32) |" in md
+    assert "> **dapo-toy**: toy responder" in md
     for png in ("pass_at_k.png", "summation_2x2.png", "difficulty_bins.png", "object_type.png"):
         assert (tmp_path / "r" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "r" / "report.json").read_text())["responders"][0]["name"] == "dapo-toy"

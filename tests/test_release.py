@@ -48,6 +48,10 @@ def test_card_front_matter_and_evaluation_table() -> None:
     assert "mental_rotation_mean" not in {r[0] for r in eval_rows(METRICS)}  # absent columns are left out
     plain = model_card(CardInputs(name="m", run_recipe={}, base_recipe=None, base_model="b"))
     assert "Not evaluated" in plain and "model-index" not in _front_matter(plain)
+    assert "Note:" not in text
+    noted = model_card(CardInputs(name="m", run_recipe={}, base_recipe=None, base_model="b",
+                                  metrics={**METRICS, "note": "tiny model; accuracy means nothing"}))
+    assert "> **Note:** tiny model; accuracy means nothing" in noted
 
 
 def test_recipe_differences_lists_changed_added_and_removed_keys() -> None:

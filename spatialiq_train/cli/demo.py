@@ -20,10 +20,14 @@ log = logging.getLogger(__name__)
 DEMO_TRAINING = ("sft.max_steps=120", "rl.max_steps=16")
 """Budgets on top of recipes/tiny_cpu.yaml: enough SFT steps for the tiny model to learn the answer format."""
 
+TINY_NOTE = ("The demo trains a tiny randomly initialised Qwen2.5-VL (about 0.25 M parameters) for minutes on a CPU; "
+             "its accuracy means nothing about spatial reasoning. The demo shows the pipeline, not a model.")
+"""Said in the demo's metrics, report, model card and last console lines."""
+
 
 def demo_steps(
     out: Path, structures: int, benchmark_structures: int, renderer: str, resolution: int, seed: int, k: int,
-    max_new_tokens: int, recipe: Path, kind: str = "plain",
+    max_new_tokens: int, recipe: Path | str, kind: str = "plain",
 ) -> list[list[str]]:
     """The demo's commands, as argument lists for the ``spatialiq`` app (pure; tested)."""
     train, bench = out / "data-train", out / "data-benchmark"
@@ -40,8 +44,10 @@ def demo_steps(
          "--out", str(evals / "completions.jsonl"), "--k", str(k), "--max-new-tokens", str(max_new_tokens),
          "--engine", "transformers"],
         ["eval", "score", "--completions", str(evals / "completions.jsonl"), "--data", str(bench), "--out", str(evals),
-         "--name", "demo-tiny"],
+         "--name", "demo-tiny", "--note", TINY_NOTE],
         ["eval", "report", "--metrics", str(evals / "metrics_demo-tiny.json"), "--out", str(evals / "report")],
+        ["release", "--run", str(run), "--out", str(out / "release"),
+         "--metrics", str(evals / "metrics_demo-tiny.json"), "--name", "spatialiq-demo-tiny", "--overwrite"],
     ]
 
 
@@ -55,7 +61,7 @@ def demo(
     seed: int = typer.Option(0, "--seed"),
     k: int = typer.Option(4, "--k", help="Completions per benchmark view."),
     max_new_tokens: int = typer.Option(48, "--max-new-tokens"),
-    recipe: Path = typer.Option(Path("recipes/tiny_cpu.yaml"), "--recipe", help="Training recipe."),
+    recipe: str = typer.Option("tiny_cpu", "--recipe", help="Training recipe: a YAML path or a shipped recipe name."),
     kind: str = typer.Option(
         "plain", "--kind", help="Trace kind: plain (<answer>N</answer>) or cot (the benchmark template)."),
 ) -> None:
@@ -67,16 +73,14 @@ def demo(
     template in a CPU budget, so RL sees reward 0 and dynamic sampling drops every group.
     """
     from spatialiq_train.cli import app
+    from spatialiq_train.errors import UserError
+    from spatialiq_train.recipes import load_recipe
 
     if renderer == "none":
-        typer.echo("--renderer none has no images to train on; use mitsuba", err=True)
-        raise typer.Exit(2)
+        raise UserError("--renderer none has no images to train on; use mitsuba")
     if kind not in ("plain", "cot"):
-        typer.echo(f"--kind must be plain or cot, got {kind!r}", err=True)
-        raise typer.Exit(2)
-    if not recipe.is_file():
-        typer.echo(f"--recipe {recipe}: no such file (run the demo from the repository root)", err=True)
-        raise typer.Exit(2)
+        raise UserError(f"--kind must be plain or cot, got {kind!r}")
+    load_recipe(recipe)  # a missing or invalid recipe stops the demo before any work
     steps = demo_steps(out, structures, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe,
                        kind)
     for n, args in enumerate(steps, 1):
@@ -91,7 +95,8 @@ def demo(
         if rc not in (0, None):
             typer.echo(f"demo step {n} failed (exit {rc}): spatialiq {shlex.join(args)}", err=True)
             raise typer.Exit(rc)
-    typer.secho(f"Done. Report: {out / 'eval' / 'report' / 'report.md'}", bold=True)
+    typer.secho(f"Done. Report: {out / 'eval' / 'report' / 'report.md'}; release: {out / 'release'}", bold=True)
+    typer.secho(f"Note: {TINY_NOTE}", bold=True)
 
 
 def register(app: typer.Typer) -> None:

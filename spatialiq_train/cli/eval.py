@@ -121,6 +121,8 @@ def score(
                               "strict (spatialiq_train.parsing.parse_trace); recorded in the metrics file."),
     min_coverage: float = typer.Option(0.9, "--min-coverage", help="Fail when fewer than this share of the scenes "
                                        "have a completion (lower it to score a subset on purpose)."),
+    note: str | None = typer.Option(None, "--note", help="A caveat stored in the metrics file and shown at the top "
+                                    "of reports and model cards built from it."),
 ) -> None:
     """Metrics JSON plus an eval_raw_<name>_text.csv export in the released layout."""
     from eval import score as scoring
@@ -156,6 +158,8 @@ def score(
     if warning:
         typer.echo(f"warning: {warning}", err=True)
     metrics = scoring.score_predictions(preds, name, conv)
+    if note:
+        metrics["note"] = note
     metrics_path = out / f"metrics_{name}.json"
     atomic_write_json(metrics_path, scoring.jsonable(metrics))
     write_raw_csv(out / f"eval_raw_{name}_text.csv", scoring.first_sample_table(preds, name))

@@ -172,6 +172,8 @@ def _eval_section(metrics: dict[str, Any] | None) -> list[str]:
     lines = ["## Evaluation", ""]
     if not metrics:
         return [*lines, "Not evaluated: this release was made without a `spatialiq eval score` metrics file."]
+    if metrics.get("note"):
+        lines += [f"> **Note:** {metrics['note']}", ""]
     lines += [f"Responder `{metrics.get('name', '?')}`, mode `{metrics.get('mode', '?')}`, k = {metrics.get('k')}, "
               f"n = {metrics.get('scenes')} scenes, hierarchy convention `{metrics.get('convention', '?')}`. "
               "Intervals are 95% Wilson intervals over n.", "",
