@@ -166,6 +166,28 @@ def build_traces(
     return files
 
 
+def extract_parquet_images(data_root: Path, images_root: Path, split: str | None = None) -> int:
+    """Write the PNGs embedded in the parquet shards to ``images_root/<view>/view.png`` for the views that have no
+    view.png under ``data_root``; returns how many were written (an existing file of the same bytes is kept, so a
+    rerun writes nothing). Trace records name images ``<view>/view.png`` relative to an image root: train with
+    ``data.data_root=<images_root>`` when the dataset itself holds no per-view images.
+    """
+    from spatialiq_train.dataset import IMAGE_FILE, iter_parquet_images
+    from spatialiq_train.io import atomic_write_bytes, resolve_inside
+
+    written = 0
+    for view, data in iter_parquet_images(data_root, split):
+        rel = f"{view}/{IMAGE_FILE}"
+        if resolve_inside(data_root, rel).is_file():
+            continue
+        target = resolve_inside(images_root, rel)  # a view that escapes the root is refused
+        if target.is_file() and target.read_bytes() == data:
+            continue
+        atomic_write_bytes(target, data)
+        written += 1
+    return written
+
+
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
     """Write one JSON object per line (UTF-8, not ASCII-escaped) atomically; returns the line count."""
     lines = [json.dumps(r, ensure_ascii=False) for r in records]

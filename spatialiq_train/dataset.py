@@ -94,6 +94,22 @@ def parquet_shards(root: str | Path, split: str | None = None) -> list[Path]:
     return sorted((Path(root) / DATA_DIR).glob(f"{split}-*.parquet" if split else "*.parquet"))
 
 
+def iter_parquet_images(root: str | Path, split: str | None = None) -> Iterator[tuple[str, bytes]]:
+    """``(view, png_bytes)`` of every parquet row that embeds an image, one row group in memory at a time."""
+    import pyarrow.parquet as pq
+
+    for path in parquet_shards(root, split):
+        shard = pq.ParquetFile(path)
+        if "image" not in shard.schema_arrow.names:
+            continue
+        for group in range(shard.num_row_groups):
+            table = shard.read_row_group(group, columns=["view", "image"])
+            for view, image in zip(table.column("view").to_pylist(), table.column("image").to_pylist(), strict=True):
+                data = image.get("bytes") if isinstance(image, dict) else None
+                if data:
+                    yield str(view), data
+
+
 def split_of_path(root: str | Path, path: str | Path) -> str:
     """The first folder of ``path`` below ``root``: the split name in our layout (``eval_set`` in the released one)."""
     return Path(path).resolve().relative_to(Path(root).resolve()).parts[0]

@@ -138,6 +138,29 @@ def test_rendered_parquet_carries_images(tmp_path: Path) -> None:
     assert a == b and sum(map(len, a.values())) == 2 * 16  # trainval + dapo files, one record per view each
 
 
+def test_traces_of_a_parquet_only_dataset_carry_their_images(tmp_path: Path) -> None:
+    import json
+
+    from spatialiq_train.train.data import trace_to_example
+
+    out = tmp_path / "r"
+    run(GenConfig(out=out, structures=1, seed=1, split="train", resolution=16, renderer="mitsuba"),
+        renderer=PatternRenderer(), progress=False)
+    pq_root = _parquet_only(out, tmp_path / "pq")
+    res = CliRunner().invoke(app, ["traces", "--data", str(pq_root), "--out", str(tmp_path / "t"), "--kind", "plain"])
+    assert res.exit_code == 0, res.output
+    images = tmp_path / "t" / "images"
+    assert f"{images}: 16 image(s) written" in res.output and f"data.data_root={images}" in res.output
+    row = json.loads((tmp_path / "t" / "rl.jsonl").read_text().splitlines()[0])
+    example = trace_to_example(row, images, "rl")
+    view = Path(example["images"][0]).relative_to(images).parent.as_posix()
+    assert Path(example["images"][0]).read_bytes() == (out / view / "view.png").read_bytes()
+    again = CliRunner().invoke(app, ["traces", "--data", str(pq_root), "--out", str(tmp_path / "t"), "--kind", "plain"])
+    assert f"{images}: 0 image(s) written" in again.output  # a rerun rewrites nothing
+    folders = CliRunner().invoke(app, ["traces", "--data", str(out), "--out", str(tmp_path / "f"), "--kind", "plain"])
+    assert folders.exit_code == 0 and not (tmp_path / "f" / "images").exists()  # per-view images: nothing to extract
+
+
 def _table(rows: list[dict], path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq

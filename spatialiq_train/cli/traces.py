@@ -50,6 +50,19 @@ def traces(
     counts = write_traces(out, files)
     for name, count in counts.items():
         typer.echo(f"{out / (name + '.jsonl')}: {count} records")
+    _extract_images(data, out, split, views)
+
+
+def _extract_images(data: Path, out: Path, split: str | None, views: list) -> None:  # noqa: ANN001
+    """Parquet-only datasets: the embedded PNGs go to OUT/images, the image root the traces need for training."""
+    from data_gen.traces import extract_parquet_images
+
+    if not any(v.has_image and not v.image_path.is_file() for v in views):
+        return
+    images = out / "images"
+    written = extract_parquet_images(data, images, split)
+    typer.echo(f"{images}: {written} image(s) written from the parquet shards; train with data.data_root={images} "
+               "(the dataset holds no per-view view.png)")
 
 
 def register(app: typer.Typer) -> None:
