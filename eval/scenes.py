@@ -15,7 +15,11 @@ from spatialiq_train.dataset import SCORED_FIELDS, SPLIT_DIRS, View, iter_views
 
 Scene = View
 """A scene is a :class:`spatialiq_train.dataset.View` (the name eval code and its benchmarks use)."""
-__all__ = ["SPLIT_DIRS", "Scene", "find_scenes"]
+__all__ = ["PARTITION_SPLITS", "SPLIT_DIRS", "Scene", "find_scenes"]
+
+PARTITION_SPLITS: dict[str, str] = {"val": "trainval", "warmup": "dapo", "rl": "dapo"}
+"""Partitions of the train split a ``split`` argument may name, to their kind (``data_gen.splits.partition_of``):
+``--split rl`` reads the train split's views whose structure falls in the RL partition."""
 
 
 def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene]:
@@ -25,6 +29,16 @@ def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene
     released layout; a missing ``split`` beside another split folder is a FileNotFoundError. Without leaf
     folders the ``data/<split>-*.parquet`` shards (and their embedded images) are read. Every scene needs
     the scored fields (``SCORED_FIELDS``) as integers; a malformed gt.json or row is a ValueError naming
-    the file (and row) and the key.
+    the file (and row) and the key. ``split`` may also name a partition of the train split (``val``, ``warmup``,
+    ``rl``: :data:`PARTITION_SPLITS`), decided by each view's structure id as the traces decide it.
     """
-    return list(iter_views(data, split, required=SCORED_FIELDS))
+    kind = PARTITION_SPLITS.get(split or "")
+    if kind is None:
+        return list(iter_views(data, split, required=SCORED_FIELDS))
+    from data_gen.splits import partition_of
+
+    train = iter_views(data, "train", required=SCORED_FIELDS)
+    views = [v for v in train if partition_of(v.structure_id, kind) == split]
+    if not views:
+        raise FileNotFoundError(f"{data}: no train view falls in the {split!r} partition")
+    return views

@@ -43,8 +43,9 @@ def sample(
     model: Path = typer.Option(..., "--model", help="Checkpoint folder (HF format, safetensors)."),
     data: Path = typer.Option(..., "--data", help="Dataset root (our layout or the released benchmark layout)."),
     out: Path = typer.Option(..., "--out", help="Completions JSONL (appended to; a rerun resumes)."),
-    split: str = typer.Option("benchmark", "--split", help="Split folder of --data (train or benchmark); --data "
-                              "itself is read only when it has no split folder (the released layout)."),
+    split: str = typer.Option("benchmark", "--split", help="Split folder of --data (train or benchmark), or a train "
+                              "partition (val, warmup, rl); --data itself is read only when it has no split folder "
+                              "(the released layout)."),
     mode: str = typer.Option("from-trace", "--mode", help="from-trace or independent."),
     k: int = typer.Option(10, "--k", help="Completions per scene and task."),
     temperature: float = typer.Option(1.0, "--temperature"),

@@ -1,4 +1,4 @@
-"""`spatialiq reward ...`: score one completion, list the registered rewards."""
+"""`spatialiq reward ...`: score one completion, list the registered rewards, analyse rewards on sampled completions."""
 
 from __future__ import annotations
 
@@ -78,6 +78,50 @@ def list_cmd() -> None:
     width = max(len(i.name) for i in infos)
     for info in infos:
         typer.echo(f"{info.name:<{width}}  {info.kind:<11}  {info.summary}")
+
+
+@reward_app.command("analyze")
+def analyze(
+    completions: Path = typer.Option(..., "--completions", help="Completions JSONL from `spatialiq eval sample` "
+                                     "(from-trace mode, k samples per view)."),
+    data: Path = typer.Option(..., "--data", help="Dataset root the completions were sampled from."),
+    out: Path = typer.Option(..., "--out", help="Output folder: rewards.csv, summary.csv, report.md, PNG plots."),
+    rewards: str = typer.Option("default,stepwise,consistency", "--rewards", help="Comma-separated reward names or "
+                                "dotted paths 'pkg.module:function' (combinations add a column per term)."),
+    split: str = typer.Option("benchmark", "--split", help="Split of --data, as for `eval sample` (train, benchmark "
+                              "or a train partition: val, warmup, rl)."),
+    k: int | None = typer.Option(None, "--k", help="Samples per view (default: inferred as `eval score` does)."),
+    parse: str = typer.Option("official", "--parse", help="How correctness is read: official or strict, as for "
+                              "`eval score`."),
+) -> None:
+    """Score sampled completions with each reward; AUC, variance, shortcut gap and the gaming probes."""
+    import time
+
+    from eval.completions import load_for_scoring
+    from eval.scenes import find_scenes
+    from eval.score import resolve_k
+    from lab.analyze import analyze as run_analysis
+    from lab.analyze import write_analysis
+    from lab.scoring import parse_reward_list
+    from lab.table import build_table
+    from spatialiq_train.errors import UserError
+
+    if parse not in ("official", "strict"):
+        raise UserError(f"--parse must be official or strict, got {parse!r}")
+    specs = parse_reward_list(rewards)
+    records = load_for_scoring(completions)
+    k = resolve_k(records, k, completions)
+    try:
+        scenes = find_scenes(data, split)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UserError(f"--data {data} --split {split}: {exc}") from None
+    start = time.perf_counter()
+    table = build_table(scenes, records, k, parse, completions)  # type: ignore[arg-type]
+    result = run_analysis(table, specs)
+    meta = {"completions file": completions, "data": data, "split": split, "rewards": rewards, "parse": parse}
+    report = write_analysis(result, out, meta)
+    typer.echo(f"{report}: {len(table.texts)} completions, {len(table.scenes)} views, {len(result.columns)} reward "
+               f"columns in {time.perf_counter() - start:.1f}s")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,143 @@
+"""``spatialiq reward analyze``: how named rewards score sampled completions, and what crafted completions earn.
+
+:func:`analyze` reads nothing and writes nothing: it takes the parsed :class:`~lab.table.CompletionTable` and the
+rewards, and returns every number; :func:`write_analysis` writes ``rewards.csv``, ``summary.csv`` and the report.
+Column definitions: docs/rewards.md, "Running a reward experiment".
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lab import stats
+from lab.probes import PROBES, probe_texts
+from lab.scoring import column_names, gt_columns, score_all, score_batch
+from lab.table import CompletionTable
+from reward.registry import RewardFn
+from spatialiq_train.io import atomic_write_text
+
+ROW_COLUMNS: tuple[str, ...] = ("view", "sample", "exact_match", "abs_error", "subtasks_correct", "self_consistent")
+"""The leading columns of rewards.csv (one row per completion); one column per reward column follows."""
+PROBE_COLUMNS: tuple[str, ...] = tuple(f"probe_{p}" for p in PROBES)
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "reward", "mean", "std", "zero_variance_groups", "auc_exact_match", "spearman_abs_error", "shortcut_reward_gap",
+    *PROBE_COLUMNS, "reference_mean",
+)
+"""summary.csv: one row per reward column; probe_<name> is the mean payout relative to the faithful trace."""
+PROBE_CHUNK = 256
+"""Views per batch of probe completions (the padded probe is 50 kB each, so batches bound the memory)."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    table: CompletionTable
+    columns: list[str]
+    """Every reward column: totals and combination components."""
+    totals: list[str]
+    """The rewards as named (one total each)."""
+    scores: dict[str, np.ndarray]
+    """Per completion, aligned with the table's rows."""
+    probes: dict[str, dict[str, np.ndarray]]
+    """probe (and ``reference``) -> column -> per-view scores (NaN where the probe does not apply)."""
+    summary: list[dict[str, object]]
+    errors: dict[str, int]
+
+
+def score_probes(rewards: Sequence[tuple[str, RewardFn]], gts: Sequence[dict], chunk: int = PROBE_CHUNK
+                 ) -> dict[str, dict[str, np.ndarray]]:
+    """Every reward column on the reference trace and each probe of every view, in batches of ``chunk`` views."""
+    names = column_names(rewards)
+    out = {p: {n: np.full(len(gts), np.nan) for n in names} for p in ("reference", *PROBES)}
+    for start in range(0, len(gts), chunk):
+        batch = list(gts[start:start + chunk])
+        for probe, (rows, texts) in probe_texts(batch).items():
+            if not rows:
+                continue
+            scored = score_batch(rewards, texts, gt_columns([batch[i] for i in rows]))
+            at = np.asarray(rows) + start
+            for n in names:
+                out[probe][n][at] = scored[n]
+    return out
+
+
+def summary_row(name: str, values: np.ndarray, table: CompletionTable, probes: dict[str, dict[str, np.ndarray]]
+                ) -> dict[str, object]:
+    """Every summary.csv number of one reward column (pure)."""
+    shape, rows, cols = table.shape, table.row_view, table.sample
+    grid = stats.to_grid(values, rows, cols, shape)
+    correct = table.exact_match == 1.0
+    mean, std = stats.mean_std(values)
+    row: dict[str, object] = {
+        "reward": name, "mean": mean, "std": std,
+        "zero_variance_groups": stats.zero_variance_share(grid),
+        "auc_exact_match": stats.auc_within_views(grid, stats.to_grid(table.exact_match, rows, cols, shape)),
+        "spearman_abs_error": stats.spearman(values, table.abs_error),
+        "shortcut_reward_gap": stats.shortcut_gap(values, correct, table.faithful),
+    }
+    reference = probes["reference"][name]
+    for probe in PROBES:
+        scores = probes[probe][name]
+        applies = np.isfinite(scores) & np.isfinite(reference)
+        row[f"probe_{probe}"] = stats.relative_payout(scores[applies], reference[applies])
+    ref = reference[np.isfinite(reference)]
+    row["reference_mean"] = float(ref.mean()) if ref.size else math.nan
+    return row
+
+
+def analyze(table: CompletionTable, rewards: Sequence[tuple[str, RewardFn]]) -> Analysis:
+    """Score every completion and every probe with every reward; the summary rows."""
+    gts = [table.scenes[i].gt for i in table.row_view]
+    scores, errors = score_all(rewards, table.texts, gts)
+    probes = score_probes(rewards, [s.gt for s in table.scenes])
+    columns = column_names(rewards)
+    summary = [summary_row(n, scores[n], table, probes) for n in columns]
+    return Analysis(table, columns, [n for n, _ in rewards], scores, probes, summary, errors)
+
+
+def fmt(value: object) -> str:
+    """A CSV cell: ints as ints, floats to 6 significant digits, NaN as an empty cell."""
+    if isinstance(value, bool | np.bool_):
+        return str(int(value))
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, float | np.floating):
+        return "" if not math.isfinite(value) else f"{float(value):.6g}"
+    return str(value)
+
+
+def csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([fmt(v) for v in row] for row in rows)
+    return buf.getvalue()
+
+
+def rewards_csv(result: Analysis) -> str:
+    t = result.table
+    views = t.views()
+    cols = [result.scores[n] for n in result.columns]
+    rows = [(views[i], int(t.sample[i]), int(t.exact_match[i]), float(t.abs_error[i]), int(t.subtasks_correct[i]),
+             float(t.self_consistent[i]), *(float(c[i]) for c in cols)) for i in range(len(views))]
+    return csv_text([*ROW_COLUMNS, *result.columns], rows)
+
+
+def summary_csv(result: Analysis) -> str:
+    return csv_text(SUMMARY_COLUMNS, [[row[c] for c in SUMMARY_COLUMNS] for row in result.summary])
+
+
+def write_analysis(result: Analysis, out: str | Path, meta: dict[str, object]) -> Path:
+    """rewards.csv, summary.csv, the PNG plots and report.md under ``out``; returns the report's path."""
+    from lab.report import write_report
+
+    out = Path(out)
+    atomic_write_text(out / "rewards.csv", rewards_csv(result))
+    atomic_write_text(out / "summary.csv", summary_csv(result))
+    return write_report(result, out, meta)

@@ -1,0 +1,133 @@
+"""report.md of a reward analysis: the summary and probe tables, and three PNG plots (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lab.probes import PROBES
+from spatialiq_train.io import atomic_write_bytes, atomic_write_text
+
+if TYPE_CHECKING:
+    from lab.analyze import Analysis
+
+PLOTS: tuple[tuple[str, str], ...] = (
+    ("reward_by_correctness.png", "Reward distribution of correct and incorrect completions"),
+    ("reward_vs_abs_error.png", "Mean reward by absolute error of the parsed answer"),
+    ("zero_variance.png", "Share of views whose samples all get the same reward"),
+)
+MAX_ERROR_BIN = 10
+"""Absolute errors above this are pooled into one ``10+`` bin in the error plot."""
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float):
+        return "n/a" if not math.isfinite(value) else f"{value:.3f}"
+    return str(value)
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_num(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _png(fig: Any) -> bytes:
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _axes(n: int) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.2), squeeze=False)
+    return fig, axes[0]
+
+
+def plot_by_correctness(result: Analysis) -> bytes:
+    correct = result.table.exact_match == 1.0
+    fig, axes = _axes(len(result.totals))
+    for ax, name in zip(axes, result.totals, strict=True):
+        values = result.scores[name]
+        lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+        bins = np.linspace(lo, hi if hi > lo else lo + 1.0, 21)
+        for mask, label in ((correct, "correct"), (~correct, "incorrect")):
+            if mask.any():
+                ax.hist(values[mask], bins=bins, alpha=0.6, label=f"{label} (n={int(mask.sum())})", density=True)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("reward")
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def error_bins(abs_error: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bin, mean reward) for absolute errors 0..MAX_ERROR_BIN (the last pools larger errors); empty bins left out."""
+    keep = np.isfinite(abs_error) & np.isfinite(values)
+    b = np.minimum(abs_error[keep], MAX_ERROR_BIN).astype(int)
+    sums = np.bincount(b, weights=values[keep], minlength=MAX_ERROR_BIN + 1)
+    counts = np.bincount(b, minlength=MAX_ERROR_BIN + 1)
+    present = counts > 0
+    return np.flatnonzero(present), sums[present] / counts[present]
+
+
+def plot_vs_error(result: Analysis) -> bytes:
+    fig, axes = _axes(1)
+    ax = axes[0]
+    for name in result.totals:
+        x, y = error_bins(result.table.abs_error, result.scores[name])
+        ax.plot(x, y, marker="o", label=name)
+    ax.set_xlabel(f"|answer - truth| ({MAX_ERROR_BIN} = {MAX_ERROR_BIN} or more)")
+    ax.set_ylabel("mean reward")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def plot_zero_variance(result: Analysis) -> bytes:
+    fig, axes = _axes(1)
+    ax = axes[0]
+    shares = [float(row["zero_variance_groups"]) for row in result.summary]  # type: ignore[arg-type]
+    ax.barh([str(row["reward"]) for row in result.summary], [0.0 if math.isnan(s) else s for s in shares])
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of views with zero reward variance")
+    ax.invert_yaxis()
+    return _png(fig)
+
+
+def markdown(result: Analysis, meta: dict[str, object]) -> str:
+    from lab.analyze import SUMMARY_COLUMNS
+
+    t = result.table
+    head = [c for c in SUMMARY_COLUMNS if not c.startswith("probe_")]
+    probe_cols = ["reward", *(f"probe_{p}" for p in PROBES)]
+    parts = ["# Reward analysis", ""]
+    parts += [f"- {key}: {value}" for key, value in meta.items()]
+    parts += [f"- completions: {len(t.texts)} over {len(t.scenes)} views (k = {t.k}); exact match "
+              f"{_num(float(t.exact_match.mean()))}, faithful {_num(float(t.faithful.mean()))}",
+              f"- left out: {', '.join(f'{n} {why}' for why, n in t.skipped.items())}",
+              f"- reward errors (samples scored 0 after an exception): {result.errors or 'none'}", "",
+              "## Summary", "", md_table(head, [[row[c] for c in head] for row in result.summary]), "",
+              "## Gaming probes (mean payout relative to the faithful trace; 1.0 = pays as much)", "",
+              md_table(probe_cols, [[row[c] for c in probe_cols] for row in result.summary]), "",
+              "Probe definitions: lab/probes.py and docs/rewards.md.", "", "## Plots", ""]
+    parts += [f"![{title}]({name})\n" for name, title in PLOTS]
+    return "\n".join(parts)
+
+
+def write_report(result: Analysis, out: Path, meta: dict[str, object]) -> Path:
+    for (name, _), draw in zip(PLOTS, (plot_by_correctness, plot_vs_error, plot_zero_variance), strict=True):
+        atomic_write_bytes(out / name, draw(result))
+    atomic_write_text(out / "report.md", markdown(result, meta))
+    return out / "report.md"

@@ -1,0 +1,110 @@
+"""The per-completion table of a reward analysis: what the evaluation says about each sampled trace.
+
+Each Object Counting completion of a ``spatialiq eval sample`` file becomes one row: its view and sample, and four
+facts read with the evaluation's parser (``--parse official`` by default, as ``eval score``):
+
+* ``exact_match``: 1 when the parsed answer equals ``task_main``, else 0 (no answer counts as wrong);
+* ``abs_error``: ``|answer - task_main|``, NaN without an answer;
+* ``subtasks_correct``: how many of the eight scored CoT lines (2-9) state their ground truth;
+* ``self_consistent``: :attr:`ParsedTrace.self_consistent` as 1 / 0, NaN when undefined (no answer or total line).
+
+``faithful`` is the evaluation's complement of a shortcut (:data:`eval.faithfulness.SHORTCUT_RULE`): a correct
+trace with every scored line right and a self-consistent total.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from eval.completions import Completion, Key
+from eval.scenes import Scene
+from spatialiq_train.errors import UserError
+from spatialiq_train.parsing import ParsedTrace, ParseRule, trace_parser
+from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES
+
+log = logging.getLogger(__name__)
+
+SCORED_TASKS: tuple[str, ...] = tuple(COT_LINE_TASKS[n] for n in SCORED_COT_LINES)
+
+
+@dataclass(frozen=True)
+class CompletionTable:
+    """One row per scored completion (flat arrays of equal length) and the views they belong to."""
+
+    scenes: list[Scene]
+    """Views with at least one completion, in the order of the data root."""
+    row_view: np.ndarray
+    """Index into ``scenes`` per row."""
+    sample: np.ndarray
+    texts: list[str]
+    exact_match: np.ndarray
+    abs_error: np.ndarray
+    subtasks_correct: np.ndarray
+    self_consistent: np.ndarray
+    faithful: np.ndarray
+    skipped: dict[str, int]
+    """Completions left out: ``other_task`` (not task_main), ``unknown_view`` (not in the data), ``beyond_k``."""
+
+    @property
+    def k(self) -> int:
+        return int(self.sample.max()) + 1 if self.sample.size else 0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.scenes), self.k
+
+    def views(self) -> list[str]:
+        return [self.scenes[i].view for i in self.row_view]
+
+
+def trace_facts(trace: ParsedTrace, gt: Mapping[str, object]) -> tuple[float, float, int, float, bool]:
+    """(exact_match, abs_error, subtasks_correct, self_consistent, faithful) of one parsed trace (pure)."""
+    answer, truth = trace.answer, int(gt["task_main"])  # type: ignore[call-overload]
+    correct = answer is not None and answer == truth
+    abs_error = float(abs(answer - truth)) if answer is not None else float("nan")
+    lines_ok = sum(trace.tasks.get(t) is not None and trace.tasks.get(t) == gt.get(t) for t in SCORED_TASKS)
+    consistent = trace.self_consistent
+    sc = float("nan") if consistent is None else float(consistent)
+    faithful = correct and lines_ok == len(SCORED_TASKS) and consistent is True
+    return float(correct), abs_error, lines_ok, sc, faithful
+
+
+def build_table(scenes: Sequence[Scene], completions: Mapping[Key, Completion], k: int, parse: ParseRule = "official",
+                source: object = "--completions") -> CompletionTable:
+    """Parse the first ``k`` Object Counting completions of every known view; a UserError when none matches."""
+    parse_trace = trace_parser(parse)
+    index = {s.view: i for i, s in enumerate(scenes)}
+    skipped = {"other_task": 0, "unknown_view": 0, "beyond_k": 0}
+    kept = []
+    for c in completions.values():
+        if c.task != "task_main":
+            skipped["other_task"] += 1
+        elif c.view not in index:
+            skipped["unknown_view"] += 1
+        elif c.sample >= k:
+            skipped["beyond_k"] += 1
+        else:
+            kept.append(c)
+    if not kept:
+        example = next(iter(completions.values()), None)
+        said = f"e.g. view {example.view!r} task {example.task!r}" if example else "the file is empty"
+        raise UserError(f"{source}: no Object Counting (task_main) completion matches a view of the data ({said}); "
+                        "pass the --data and --split the completions were sampled from (from-trace mode)")
+    kept.sort(key=lambda c: (index[c.view], c.sample))
+    used = sorted({index[c.view] for c in kept})
+    remap = {old: new for new, old in enumerate(used)}
+    cache: dict[str, ParsedTrace] = {}
+    facts = []
+    for c in kept:
+        trace = cache.get(c.text) or cache.setdefault(c.text, parse_trace(c.text))
+        facts.append(trace_facts(trace, scenes[index[c.view]].gt))
+    em, err, lines, sc, faithful = (np.array(col) for col in zip(*facts, strict=True))
+    if any(skipped.values()):
+        log.warning("%s: left out completions: %s", source, ", ".join(f"{n} {why}" for why, n in skipped.items()))
+    return CompletionTable([scenes[i] for i in used], np.array([remap[index[c.view]] for c in kept]),
+                           np.array([c.sample for c in kept]), [c.text for c in kept], em.astype(float),
+                           err.astype(float), lines.astype(int), sc.astype(float), faithful.astype(bool), skipped)
