@@ -19,6 +19,7 @@ from spatialiq_train.cli import eval as eval_cli
 from spatialiq_train.cli import gen as gen_cli
 from spatialiq_train.cli import release as release_cli
 from spatialiq_train.cli import reward as reward_cli
+from spatialiq_train.cli import sweep as sweep_cli
 from spatialiq_train.cli import traces as traces_cli
 from spatialiq_train.cli import train as train_cli
 from spatialiq_train.errors import UserError
@@ -46,7 +47,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, release_cli, demo_cli):
+for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, release_cli, demo_cli, sweep_cli):
     _module.register(app)
 
 

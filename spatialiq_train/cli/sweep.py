@@ -1,0 +1,119 @@
+"""`spatialiq sweep plan|run|list|report`: recipe variants trained, evaluated and compared (lab/sweep.py)."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from pathlib import Path
+
+import typer
+
+log = logging.getLogger(__name__)
+
+sweep_app = typer.Typer(help="Plan, run and compare recipe variants (reward weights, learning rates, ...).",
+                        no_args_is_help=True)
+SWEEP_ARG = typer.Argument(..., help="Sweep folder (written by `spatialiq sweep plan --out`).")
+
+
+@sweep_app.command("plan")
+def plan(
+    recipe: str = typer.Option(..., "--recipe", "-r", help="Base recipe: a YAML path or a shipped recipe name."),
+    vary: list[str] = typer.Option(..., "--vary", help="KEY.PATH=YAML-LIST, e.g. reward.weights='[{format: 0.1, "
+                                   "integer_distance: 0.9}, {default: 1.0, stepwise: 0.5}]' (repeat: the product)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Sweep folder to write (sweep.yaml, variants/)."),
+    overrides: list[str] | None = typer.Option(None, "--set", help="Base-recipe override KEY.PATH=VALUE "
+                                               "(repeatable), applied before the varied keys."),
+    eval_data: str | None = typer.Option(None, "--eval-data", help="Dataset root every variant is evaluated on "
+                                         "(default: the recipe's data.data_root)."),
+    eval_split: str | None = typer.Option(None, "--eval-split", help="Its split or train partition (default: the "
+                                          "recipe's data.eval_split, else benchmark)."),
+    engine: str = typer.Option("auto", "--engine", help="Sampling engine for the evaluation: auto, vllm, "
+                               "transformers."),
+    limit: int | None = typer.Option(None, "--eval-limit", help="Evaluate on the first N views only (smoke runs)."),
+    min_coverage: float = typer.Option(0.9, "--min-coverage", help="Passed to `eval score`."),
+) -> None:
+    """Write one resolved recipe per variant and the sweep.yaml index."""
+    from lab.sweep import EvalSettings, parse_vary, plan_sweep
+    from spatialiq_train.recipes import RecipeError, load_recipe
+
+    varies = [parse_vary(v) for v in vary]
+    try:
+        base = load_recipe(recipe, list(overrides or []))
+    except RecipeError as exc:
+        from spatialiq_train.errors import UserError
+
+        raise UserError(str(exc)) from None
+    settings = EvalSettings(eval_data or base.data.data_root, eval_split or base.data.eval_split or "benchmark",
+                            engine, limit, min_coverage)
+    sweep = plan_sweep(recipe, list(overrides or []), varies, out, settings)
+    for v in sweep.variants:
+        typer.echo(f"{v.name}  {out / v.recipe_file}")
+    typer.echo(f"{out / 'sweep.yaml'}: {len(sweep.variants)} variants")
+
+
+@sweep_app.command("list")
+def list_cmd(sweep_dir: Path = SWEEP_ARG) -> None:
+    """Print the variant names, one a line, in plan order (slurm/sweep.sh reads them)."""
+    from lab.sweep import load_sweep
+
+    for v in load_sweep(sweep_dir).variants:
+        typer.echo(v.name)
+
+
+def run_step(args: list[str]) -> int:
+    """Run one `spatialiq` command in this process; its exit status."""
+    from spatialiq_train.cli import app
+
+    try:
+        rc = app(args, standalone_mode=False)  # returns a typer.Exit's code instead of raising it
+    except Exception as exc:  # click usage errors carry their exit code
+        rc = getattr(exc, "exit_code", None)
+        if rc is None:
+            raise
+        typer.echo(str(exc), err=True)
+    return int(rc or 0)
+
+
+@sweep_app.command("run")
+def run(
+    sweep_dir: Path = SWEEP_ARG,
+    only: str | None = typer.Option(None, "--only", help="Run this variant alone (one Slurm array task)."),
+) -> None:
+    """Train, sample and score every variant in turn on this machine; finished variants are skipped, an
+    interrupted one resumes (each step resumes)."""
+    from lab.sweep import load_sweep, mark_done, variant_steps
+
+    sweep = load_sweep(sweep_dir)
+    variants = [sweep.variant(only)] if only else sweep.variants
+    for i, variant in enumerate(variants, 1):
+        if sweep.is_done(variant):
+            typer.echo(f"[{i}/{len(variants)}] {variant.name}: finished, skipped")
+            continue
+        steps = variant_steps(sweep, variant)
+        for args in steps:
+            typer.secho(f"[{i}/{len(variants)}] {variant.name}: spatialiq {shlex.join(args)}", bold=True)
+            rc = run_step(args)
+            if rc:
+                typer.echo(f"error: variant {variant.name} failed (exit {rc}) at: spatialiq {shlex.join(args)}; "
+                           "rerun `spatialiq sweep run` to resume it", err=True)
+                raise typer.Exit(rc)
+        mark_done(sweep, variant, steps)
+    typer.echo(f"{sweep_dir}: {sum(sweep.is_done(v) for v in sweep.variants)}/{len(sweep.variants)} variants finished")
+
+
+@sweep_app.command("report")
+def report(
+    sweep_dir: Path = SWEEP_ARG,
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder: sweep.csv, report.md, curves.png."),
+) -> None:
+    """One table (a row per variant, McNemar against the first, BH-adjusted) and the learning curves."""
+    from lab.sweep import load_sweep
+    from lab.sweep_report import write_sweep_report
+
+    path = write_sweep_report(load_sweep(sweep_dir), out)
+    typer.echo(str(path))
+
+
+def register(app: typer.Typer) -> None:
+    """Add this area's commands to the root app."""
+    app.add_typer(sweep_app, name="sweep")
