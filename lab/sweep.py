@@ -109,6 +109,14 @@ def set_key(data: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return out
 
 
+def get_key(data: dict[str, Any], key: str) -> Any:
+    """The value at a dotted ``key`` of nested mappings (None where absent)."""
+    node: Any = data
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
 def _compact(value: Any) -> str:
     if isinstance(value, dict):
         return "-".join(f"{k}{_compact(v)}" for k, v in value.items())
@@ -160,6 +168,7 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
         except RecipeError as exc:
             raise UserError(str(exc)) from None
         check_rewards(recipe, where)
+        values = {k: get_key(recipe.model_dump(mode="json"), k) for k in keys}  # as validated ('1e-6' -> 1e-06)
         label = label_of(values)
         variant = Variant(f"{recipe_hash(recipe)}-{label}", label, values)
         if any(v.name == variant.name for v, _ in out):

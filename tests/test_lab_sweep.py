@@ -1,0 +1,148 @@
+"""Sweeps: --vary parsing, resolved and validated variants, the index, McNemar against the first variant, and a
+two-variant tiny sweep end to end (plan, run, resume, report)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from _train_support import one_thread, write_traces
+from typer.testing import CliRunner
+
+from lab.sweep import EvalSettings, load_sweep, parse_vary, plan_sweep, variant_steps
+from lab.sweep_report import mcnemar_against_first
+from spatialiq_train.cli import app
+from spatialiq_train.errors import UserError
+from spatialiq_train.recipes import load_recipe
+
+WEIGHTS = "reward.weights=[{format: 0.1, integer_distance: 0.9}, {default: 1.0, stepwise: 0.5}]"
+
+
+def test_parse_vary_and_its_errors() -> None:
+    assert parse_vary("rl.learning_rate=[1.0e-6, 3]") == ("rl.learning_rate", [1e-6, 3])
+    assert parse_vary(WEIGHTS)[1][1] == {"default": 1.0, "stepwise": 0.5}
+    for bad, said in (("rl.learning_rate", "expected KEY.PATH=LIST"), ("rl.learning_rate=3", "non-empty YAML list"),
+                      ("rl..beta=[1]", "expected KEY.PATH=LIST"), ("rl.beta=[1", "not valid YAML")):
+        with pytest.raises(UserError, match=said):
+            parse_vary(bad)
+
+
+def test_plan_writes_one_validated_recipe_per_variant(tmp_path: Path) -> None:
+    varies = [parse_vary(WEIGHTS), parse_vary("rl.beta=[0.0, 0.05]")]
+    sweep = plan_sweep("tiny_cpu", ["sft.max_steps=3"], varies, tmp_path / "sw", EvalSettings("data/x"))
+    names = [v.name for v in sweep.variants]
+    assert len(names) == 4 and len(set(names)) == 4
+    assert names[0].split("-", 1)[1] == "format0.1-integer_distance0.9_beta0"
+    assert names[3].split("-", 1)[1] == "default1-stepwise0.5_beta0.05"
+    for v in sweep.variants:
+        recipe = load_recipe(tmp_path / "sw" / v.recipe_file)
+        assert recipe.reward.weights == v.values["reward.weights"]  # replaced, not merged with the default
+        assert recipe.rl.beta == v.values["rl.beta"] and recipe.sft.max_steps == 3
+        assert recipe.run.output_dir == str(tmp_path / "sw" / "runs" / v.name)
+    index = yaml.safe_load((tmp_path / "sw" / "sweep.yaml").read_text())
+    assert [v["name"] for v in index["variants"]] == names and index["varied"] == ["reward.weights", "rl.beta"]
+    assert load_sweep(tmp_path / "sw") == sweep
+    again = plan_sweep("tiny_cpu", ["sft.max_steps=3"], varies, tmp_path / "sw", EvalSettings("data/x"))
+    assert [v.name for v in again.variants] == names  # the same plan: same names (hash of the resolved recipe)
+    with pytest.raises(UserError, match="holds a different sweep plan"):
+        plan_sweep("tiny_cpu", ["sft.max_steps=4"], varies, tmp_path / "sw", EvalSettings("data/x"))
+    steps = variant_steps(sweep, sweep.variants[0])
+    assert [s[:2] for s in steps] == [["run", "dapo-tight"], ["eval", "sample"], ["eval", "score"]]
+    assert steps[0][steps[0].index("--recipe") + 1] == str(tmp_path / "sw" / sweep.variants[0].recipe_file)
+
+
+def test_values_are_recorded_as_validated(tmp_path: Path) -> None:
+    """YAML 1.1 reads 1e-6 as a string; the recipe makes it a float, and the index records the float."""
+    sweep = plan_sweep("tiny_cpu", [], [parse_vary("rl.learning_rate=[1e-6, 2]")], tmp_path, EvalSettings("d"))
+    assert [v.values["rl.learning_rate"] for v in sweep.variants] == [1e-6, 2.0]
+    assert [v.label for v in sweep.variants] == ["learning_rate1e-06", "learning_rate2"]
+
+
+def test_plan_refuses_bad_variants(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="reward.weights.nope: unknown reward 'nope'"):
+        plan_sweep("tiny_cpu", [], [parse_vary("reward.weights=[{nope: 1}]")], tmp_path, EvalSettings("d"))
+    with pytest.raises(UserError, match="rl.learning_rate"):
+        plan_sweep("tiny_cpu", [], [parse_vary("rl.learning_rate=[x]")], tmp_path, EvalSettings("d"))
+    with pytest.raises(UserError, match="same recipe"):
+        plan_sweep("tiny_cpu", [], [parse_vary("rl.beta=[0.05, 0.05]")], tmp_path, EvalSettings("d"))
+    with pytest.raises(UserError, match="'rl.beta' is a value"):
+        plan_sweep("tiny_cpu", [], [parse_vary("rl.beta.x=[1]")], tmp_path, EvalSettings("d"))
+    assert not (tmp_path / "sweep.yaml").exists()
+
+
+def test_mcnemar_against_the_first_variant_with_bh() -> None:
+    views = [f"v{i}" for i in range(6)]
+    base = np.array([1, 1, 1, 1, 0, 0], float)
+    worse = np.array([0, 0, 0, 1, 0, 0], float)  # 3 discordant, all for the base: p = 2 * 0.5^3 = 0.25
+    same = base.copy()
+    out = mcnemar_against_first({"a": (views, base), "b": (views, worse), "c": (views[::-1], same[::-1])},
+                                ["a", "b", "c", "d"])
+    assert math.isnan(out["a"][0]) and math.isnan(out["d"][0])  # the reference itself; d not evaluated
+    assert out["b"] == pytest.approx((0.25, 0.5))  # BH over two tests: 0.25 * 2 / 1
+    assert out["c"] == pytest.approx((1.0, 1.0))  # aligned by view, not by row order
+
+
+def _eval_data(root: Path) -> Path:
+    from PIL import Image
+
+    from spatialiq_train.views import LEAF_VIEWS, view_relpath
+
+    gt = {"object_type": "cube", "task1": "cubes", "task_main": 3, "total_blocks": 3, "task2": 1, "task3": 2,
+          "task4": 2, "task5": 3, "task6": 1, "task7": 1, "task8": 0, "task9": 1, "num_hidden_blocks": 0,
+          "num_columns": 2, "num_layers": 2, "task10": 0, "task11": 0}
+    for leaf in LEAF_VIEWS[:4]:
+        d = root / view_relpath("benchmark", 1, leaf)
+        d.mkdir(parents=True)
+        (d / "gt.json").write_text(json.dumps(gt))
+        Image.new("RGB", (56, 56), (120, 80, 40)).save(d / "view.png")
+    return root
+
+
+@pytest.mark.slow
+def test_two_variant_tiny_sweep_end_to_end(tmp_path: Path) -> None:
+    one_thread()
+    rng = np.random.default_rng(0)
+    root = tmp_path / "data"
+    write_traces(root, "warmup", 4, rng, answer=lambda i: 3)
+    traces = write_traces(root, "rl", 4, rng, answer=lambda i: 3)
+    rows = [json.loads(line) for line in (traces / "rl.jsonl").read_text().splitlines()]
+    fields = {"task2": 1, "task3": 2, "task4": 2, "task5": 3, "task6": 1, "task7": 1, "task8": 0, "task9": 1,
+              "num_hidden_blocks": 0}  # the columns stepwise reads (data_gen.traces.REWARD_FIELDS)
+    (traces / "rl.jsonl").write_text("".join(json.dumps({**r, **fields}) + "\n" for r in rows))
+    evald = _eval_data(tmp_path / "evaldata")
+    sets = [f"data.traces_dir={traces}", f"data.data_root={root}", "sft.max_steps=2", "rl.max_steps=1",
+            "logging.save_steps=1", "eval.k=2", "eval.max_new_tokens=4", "rl.dynamic_sampling.enabled=false"]
+    sw = tmp_path / "sw"
+    runner = CliRunner()
+    res = runner.invoke(app, ["sweep", "plan", "--recipe", "tiny_cpu", "--vary", WEIGHTS, "--out", str(sw),
+                              *[a for s in sets for a in ("--set", s)], "--eval-data", str(evald), "--engine",
+                              "transformers", "--min-coverage", "0"])
+    assert res.exit_code == 0, res.output
+    first, second = load_sweep(sw).variants
+    res = runner.invoke(app, ["sweep", "run", str(sw), "--only", first.name])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["sweep", "report", str(sw), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader((tmp_path / "rep" / "sweep.csv").open()))
+    assert [(r["variant"], r["status"]) for r in rows] == [(first.name, "finished"), (second.name, "not started")]
+    assert rows[0]["k"] == "2" and rows[0]["acc@1"] != "" and rows[1]["acc@1"] == ""  # listed, not dropped
+    res = runner.invoke(app, ["sweep", "run", str(sw)])
+    assert res.exit_code == 0, res.output
+    assert f"{first.name}: finished, skipped" in res.output and "2/2 variants finished" in res.output
+    res = runner.invoke(app, ["sweep", "report", str(sw), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader((tmp_path / "rep" / "sweep.csv").open()))
+    assert [r["status"] for r in rows] == ["finished", "finished"]
+    assert rows[0]["mcnemar_p"] == "" and 0 <= float(rows[1]["mcnemar_p"]) <= 1
+    assert rows[1]["reward.weights"] == "{default: 1.0, stepwise: 0.5}"
+    for column in ("maj@k", "pass@k", "selected@k", "object_count", "self_consistency_rate"):
+        assert rows[1][column] != "", column
+    assert (tmp_path / "rep" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| variant | status | reward.weights |" in (tmp_path / "rep" / "report.md").read_text()
+    recipe = yaml.safe_load((sw / "runs" / second.name / "recipe.yaml").read_text())
+    assert recipe["reward"]["weights"] == {"default": 1.0, "stepwise": 0.5}  # trained with the variant's rewards
