@@ -146,3 +146,26 @@ def test_two_variant_tiny_sweep_end_to_end(tmp_path: Path) -> None:
     assert "| variant | status | reward.weights |" in (tmp_path / "rep" / "report.md").read_text()
     recipe = yaml.safe_load((sw / "runs" / second.name / "recipe.yaml").read_text())
     assert recipe["reward"]["weights"] == {"default": 1.0, "stepwise": 0.5}  # trained with the variant's rewards
+
+
+def test_slurm_sweep_dry_run_prints_one_task_per_variant(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("spatialiq") is None or shutil.which("bash") is None:
+        pytest.skip("needs bash and the spatialiq command on PATH")
+    sweep = plan_sweep("tiny_cpu", [], [parse_vary(WEIGHTS)], tmp_path / "sw", EvalSettings("d"))
+    script = Path(__file__).resolve().parents[1] / "slurm" / "sweep.sh"
+    env = {**os.environ, "DRY_RUN": "1", "PYTHONPATH": str(script.parents[1])}
+    res = subprocess.run(["bash", str(script), str(tmp_path / "sw")], capture_output=True, text=True, env=env,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("sbatch ") and "--array=0-1" in lines[0]
+    assert lines[1:] == [f"task {i}: spatialiq sweep run {tmp_path / 'sw'} --only {v.name}"
+                         for i, v in enumerate(sweep.variants)]
+    assert not (tmp_path / "sw" / "slurm").exists()  # a dry run submits and creates nothing
+    if shutil.which("shellcheck"):
+        lint = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
+        assert lint.returncode == 0, lint.stdout
