@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from data_gen.traces import REWARD_FIELDS
+from spatialiq_train.dataset import REWARD_FIELDS
 from spatialiq_train.errors import InputError
 from spatialiq_train.io import loads_json, resolve_inside
 
