@@ -97,6 +97,31 @@ def _phase_result(name: str, trainer: Any, timer: Any, n_params: int, peak: floa
             "peak_memory_gb": _peak_memory_gb(gpu), "mfu": mfu, "steps_timed": len(times)}
 
 
+def _save_base_model(arch: str, gpu: bool, out: Path) -> tuple[int, Path, int, list[str]]:
+    """Build the benchmarked model with random weights and save it with its processor under ``out``.
+
+    Returns the parameter count, the recipe file, the image side and the recipe overrides of ``arch``.
+    """
+    import torch
+
+    from spatialiq_train.tiny import QWEN25_VL_7B, build_model, build_processor, build_tokenizer
+
+    tok = build_tokenizer()
+    if arch == "7b":
+        model = build_model(tok, dtype=torch.bfloat16, device="cuda" if gpu else "cpu", **QWEN25_VL_7B)
+        recipe_file, side = REPO / "recipes" / "dapo_tight_7b.yaml", 448
+        overrides = ["rl.num_generations=8", "rl.per_device_train_batch_size=8", "rl.gradient_accumulation_steps=1",
+                     "rl.steps_per_generation=1", "generation.max_completion_length=256", "rl.use_vllm=false",
+                     "sft.gradient_accumulation_steps=1", "sft.per_device_train_batch_size=4"]
+    else:
+        model = build_model(tok)
+        recipe_file, side, overrides = REPO / "recipes" / "tiny_cpu.yaml", 112, []
+    n_params = sum(p.numel() for p in model.parameters())
+    model.save_pretrained(str(out), safe_serialization=True)
+    build_processor(tok).save_pretrained(str(out))
+    return n_params, recipe_file, side, overrides
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", choices=["auto", "tiny", "7b"], default="auto")
@@ -110,7 +135,6 @@ def main() -> None:
     import torch
 
     from spatialiq_train.recipes import load_recipe
-    from spatialiq_train.tiny import QWEN25_VL_7B, build_model, build_processor, build_tokenizer
     from spatialiq_train.train.data import load_split
     from spatialiq_train.train.rl import build_rl_trainer
     from spatialiq_train.train.sft import build_sft_trainer
@@ -124,20 +148,7 @@ def main() -> None:
     n = args.steps
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        tok = build_tokenizer()
-        if arch == "7b":
-            model = build_model(tok, dtype=torch.bfloat16, device="cuda" if gpu else "cpu", **QWEN25_VL_7B)
-            recipe_file, side = REPO / "recipes" / "dapo_tight_7b.yaml", 448
-            overrides = ["rl.num_generations=8", "rl.per_device_train_batch_size=8", "rl.gradient_accumulation_steps=1",
-                         "rl.steps_per_generation=1", "generation.max_completion_length=256", "rl.use_vllm=false",
-                         "sft.gradient_accumulation_steps=1", "sft.per_device_train_batch_size=4"]
-        else:
-            model = build_model(tok)
-            recipe_file, side, overrides = REPO / "recipes" / "tiny_cpu.yaml", 112, []
-        n_params = sum(p.numel() for p in model.parameters())
-        model.save_pretrained(str(root / "base"), safe_serialization=True)
-        build_processor(tok).save_pretrained(str(root / "base"))
-        del model
+        n_params, recipe_file, side, overrides = _save_base_model(arch, gpu, root / "base")
         traces = _write_traces(root / "data", 32, side, np.random.default_rng(0))
         recipe = load_recipe(recipe_file, [*overrides, f"sft.max_steps={n + 1}", f"rl.max_steps={n + 1}",
                                            "logging.report_to=[]", "logging.save_steps=100000", "model.tiny=false",

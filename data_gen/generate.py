@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data_gen import layout, plan, splits, structure, writer
 from data_gen.camera import LEAF_VIEWS
 from data_gen.plan import PlannedStructure
+from spatialiq_train.errors import JobFailure
 from spatialiq_train.io import atomic_write_bytes, atomic_write_json, read_json
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,8 @@ _RENDER_MODULES = {"mitsuba": ("mitsuba", "render"), "isaacsim": ("isaacsim", "i
 """Importable module and pip extra of each rendering backend."""
 
 
-class GenerationError(RuntimeError):
-    """Generation failed; the message names the argument, view or shard."""
+class GenerationError(JobFailure, RuntimeError):
+    """Generation failed; the message names the argument, view or shard (exit 1 unless raised with exit_code=2)."""
 
 
 class GenConfig(BaseModel):

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from data_gen.splits import SPLITS, partition_of
 from spatialiq_train.dataset import REWARD_FIELDS, DatasetError, View, iter_views  # REWARD_FIELDS: also read from here
+from spatialiq_train.errors import InputError
 from spatialiq_train.io import atomic_write_text
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.tasks import COT_FIELDS, Dialect, build_prompt, fill_cot_template, get_task
@@ -120,17 +121,17 @@ def output_file(view: View) -> tuple[str, ...]:
 def check_options(kind: str, tasks: Sequence[str], mask_final_answer: str | None) -> list[str]:
     """Validate the trace options; returns the task ids to build (canonical names)."""
     if kind not in KINDS:
-        raise ValueError(f"--kind: unknown trace kind {kind!r}; valid: {', '.join(KINDS)}")
+        raise InputError(f"--kind: unknown trace kind {kind!r}; valid: {', '.join(KINDS)}")
     try:
         task_ids = [get_task(t).id for t in tasks]
     except KeyError as exc:
-        raise ValueError(f"--tasks: {exc.args[0]}") from None
+        raise InputError(f"--tasks: {exc.args[0]}") from None
     if not task_ids:
-        raise ValueError("--tasks needs at least one task id")
+        raise InputError("--tasks needs at least one task id")
     if kind == "cot" and task_ids != ["task_main"]:
-        raise ValueError("--tasks applies to --kind plain only; a CoT record is always one task_main trace per view")
+        raise InputError("--tasks applies to --kind plain only; a CoT record is always one task_main trace per view")
     if mask_final_answer is not None and kind != "cot":
-        raise ValueError("--mask-final-answer applies to --kind cot only")
+        raise InputError("--mask-final-answer applies to --kind cot only")
     return task_ids
 
 
@@ -222,4 +223,4 @@ def check_disjoint(views: Sequence[View]) -> None:
             leaks.add(view.structure_id)
     if leaks:
         shown = ", ".join(sorted(leaks)[:5])
-        raise ValueError(f"{len(leaks)} structures appear in both the train and benchmark folders: {shown}")
+        raise InputError(f"{len(leaks)} structures appear in both the train and benchmark folders: {shown}")

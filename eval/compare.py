@@ -11,6 +11,7 @@ import numpy as np
 from eval.paper_tables import csv_text
 from eval.rawcsv import ResponderTable, read_raw_csv, read_raw_dir
 from eval.stats import benjamini_hochberg, mcnemar_exact
+from spatialiq_train.errors import InputError
 from spatialiq_train.io import atomic_write_text
 
 COLUMNS: tuple[str, ...] = (
@@ -52,7 +53,7 @@ def load_tables(paths: Sequence[str | Path]) -> dict[str, ResponderTable]:
         found = read_raw_dir(path) if path.is_dir() else {(t := read_raw_csv(path)).name: t}
         for name, table in found.items():
             if name in tables:
-                raise ValueError(f"{table.source}: responder {name!r} already read from {tables[name].source}")
+                raise InputError(f"{table.source}: responder {name!r} already read from {tables[name].source}")
             tables[name] = table
     return tables
 
@@ -60,7 +61,7 @@ def load_tables(paths: Sequence[str | Path]) -> dict[str, ResponderTable]:
 def write_comparison(paths: Sequence[str | Path], out_dir: str | Path, task: str = "main") -> Path:
     tables = load_tables(paths)
     if len(tables) < 2:
-        raise ValueError(f"need at least two responders to compare, got {len(tables)}")
+        raise InputError(f"need at least two responders to compare, got {len(tables)}")
     path = Path(out_dir) / "mcnemar.csv"
     atomic_write_text(path, csv_text(pairwise_mcnemar(tables, task), COLUMNS))
     return path

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.errors import InputError, UserError
+from spatialiq_train.io import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +47,16 @@ class Completion:
 
 
 def _parse(line: str, path: Path, lineno: int) -> Completion:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: line {lineno}: invalid JSON ({exc.msg})") from None
+    obj = loads_json(line, f"{path}: line {lineno}")
     if not isinstance(obj, dict):
-        raise ValueError(f"{path}: line {lineno}: expected an object with view, task, sample, text")
+        raise InputError(f"{path}: line {lineno}: expected an object with view, task, sample, text")
     view, task, sample, text = obj.get("view"), obj.get("task"), obj.get("sample"), obj.get("text")
     if not isinstance(view, str) or not isinstance(task, str):
-        raise ValueError(f"{path}: line {lineno}: 'view' and 'task' must be strings")
+        raise InputError(f"{path}: line {lineno}: 'view' and 'task' must be strings")
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
-        raise ValueError(f"{path}: line {lineno}: 'sample' must be a non-negative integer, got {sample!r}")
+        raise InputError(f"{path}: line {lineno}: 'sample' must be a non-negative integer, got {sample!r}")
     if text is not None and not isinstance(text, str):
-        raise ValueError(f"{path}: line {lineno}: 'text' must be a string or null")
+        raise InputError(f"{path}: line {lineno}: 'text' must be a string or null")
     reason = obj.get("finish_reason")
     return Completion(view, task, sample, text if text is not None else "", reason if isinstance(reason, str) else None,
                       lineno)
@@ -75,15 +73,26 @@ def load_completions(path: str | Path) -> dict[Key, Completion]:
     if tail.strip():
         log.warning("%s: ignoring a half-written last line (interrupted run)", path)
     out: dict[Key, Completion] = {}
+    repeats: list[tuple[int, Key]] = []
     for lineno, line in enumerate(complete, start=1):
         if not line.strip():
             continue
         rec = _parse(line, path, lineno)
         if rec.key in out:
-            log.warning("%s: line %d repeats %s; keeping the first", path, lineno, rec.key)
+            repeats.append((lineno, rec.key))
             continue
         out[rec.key] = rec
+    if repeats:
+        log.warning("%s", repeats_summary(path, repeats))
     return out
+
+
+def repeats_summary(path: Path, repeats: list[tuple[int, Key]]) -> str:
+    """One warning line for every repeated (view, task, sample) key of a file, however many there are."""
+    lineno, key = repeats[0]
+    more = f" and {len(repeats) - 1} more line(s)" if len(repeats) > 1 else ""
+    return (f"{path}: {len(repeats)} line(s) repeat an earlier (view, task, sample) key (first: line {lineno}, "
+            f"{key}{more}); keeping the first completion of each key")
 
 
 def load_for_scoring(path: str | Path, option: str = "--completions") -> dict[Key, Completion]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eval.sample import Request, SamplingConfig
+from spatialiq_train.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +205,8 @@ class VLLMEngine:
         try:
             from vllm import LLM
         except ImportError as exc:
-            raise RuntimeError(
-                "the vllm engine needs vLLM, which is not installed here; install it on a GPU node "
+            raise UserError(
+                "--engine vllm: the vllm engine needs vLLM, which is not installed here; install it on a GPU node "
                 "(pip install 'spatialiq-train[gpu]') or use --engine transformers") from exc
         from spatialiq_train.versions import check_versions
 
@@ -261,4 +262,4 @@ def make_engine(name: EngineName, model_path: str | Path, *, tensor_parallel_siz
                           max_images=max_images)
     if name == "transformers":
         return TransformersEngine(model_path, device=device, dtype=dtype)
-    raise ValueError(f"unknown engine {name!r}; valid: auto, vllm, transformers")
+    raise UserError(f"--engine: unknown engine {name!r}; valid: auto, vllm, transformers")

@@ -13,6 +13,7 @@ from typing import Literal
 import numpy as np
 
 from eval.rawcsv import ResponderTable
+from spatialiq_train.errors import InputError
 
 Convention = Literal["prerequisite_given_dependent", "dependent_given_prerequisite"]
 CONVENTIONS: tuple[Convention, ...] = ("prerequisite_given_dependent", "dependent_given_prerequisite")
@@ -29,7 +30,7 @@ COMPOSITION_COLUMNS: tuple[str, ...] = ("main_pred", "main_gt", "task5_pred", "t
 
 def check_convention(name: str) -> Convention:
     if name not in CONVENTIONS:
-        raise ValueError(f"unknown conditional convention {name!r}; valid: {', '.join(CONVENTIONS)}")
+        raise InputError(f"unknown conditional convention {name!r}; valid: {', '.join(CONVENTIONS)}")
     return name  # type: ignore[return-value]
 
 

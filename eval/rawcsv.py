@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spatialiq_train.errors import InputError
 from spatialiq_train.io import atomic_write_text
 from spatialiq_train.tasks import TASKS
 
@@ -31,6 +32,10 @@ TASK_ORDER: tuple[str, ...] = (
 RAW_PATTERN = re.compile(r"^eval_raw_(?P<model>.+)_text\.csv$")
 HUMAN_FILE = "eval_raw_human_frq.csv"
 """The released human free-response file; read as model ``human`` (its ``X_pred`` is the adjudicated answer)."""
+
+
+class RawCsvError(InputError):
+    """A released-layout CSV (or folder of them) that cannot be read; the message names the file, line and column."""
 
 
 @dataclass
@@ -73,26 +78,26 @@ def _cell(value: str, path: Path, line: int, column: str, binary: bool = False) 
     try:
         number = float(text)
     except ValueError:
-        raise ValueError(f"{path}: line {line}, column {column!r}: {value!r} is not a number (or empty)") from None
+        raise RawCsvError(f"{path}: line {line}, column {column!r}: {value!r} is not a number (or empty)") from None
     if not math.isfinite(number) or number != int(number):
-        raise ValueError(f"{path}: line {line}, column {column!r}: {value!r} is not an integer")
+        raise RawCsvError(f"{path}: line {line}, column {column!r}: {value!r} is not an integer")
     if binary and number not in (0.0, 1.0):
-        raise ValueError(f"{path}: line {line}, column {column!r}: correctness must be 0, 1 or empty, got {value!r}")
+        raise RawCsvError(f"{path}: line {line}, column {column!r}: correctness must be 0, 1 or empty, got {value!r}")
     return number
 
 
 def _check_header(header: list[str], path: Path) -> list[str]:
     for required in ("view", "object_type", *META_COLUMNS):
         if required not in header:
-            raise ValueError(f"{path}: line 1: header lacks column {required!r} (released layout: view, object_type, "
+            raise RawCsvError(f"{path}: line 1: header lacks column {required!r} (released layout: view, object_type, "
                              f"{', '.join(META_COLUMNS)}, then taskN, taskN_pred, taskN_gt per task)")
     tasks = [t for t in TASK_ORDER if t in header]
     for t in tasks:
         for suffix in ("_pred", "_gt"):
             if t + suffix not in header:
-                raise ValueError(f"{path}: line 1: column {t!r} has no partner column {t + suffix!r}")
+                raise RawCsvError(f"{path}: line 1: column {t!r} has no partner column {t + suffix!r}")
     if "main" not in tasks:
-        raise ValueError(f"{path}: line 1: header lacks the Object Counting column 'main'")
+        raise RawCsvError(f"{path}: line 1: header lacks the Object Counting column 'main'")
     return tasks
 
 
@@ -105,9 +110,9 @@ def read_raw_csv(path: str | Path, name: str | None = None) -> ResponderTable:
         try:
             header = next(reader)
         except StopIteration:
-            raise ValueError(f"{path}: line 1: empty file, expected a header row") from None
+            raise RawCsvError(f"{path}: line 1: empty file, expected a header row") from None
         except csv.Error as exc:
-            raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+            raise RawCsvError(f"{path}: line {reader.line_num}: {exc}") from None
         tasks = _check_header(header, path)
         index = {c: i for i, c in enumerate(header)}
         views: list[str] = []
@@ -121,13 +126,13 @@ def read_raw_csv(path: str | Path, name: str | None = None) -> ResponderTable:
                 if not row:
                     continue
                 if len(row) != len(header):
-                    raise ValueError(f"{path}: line {line}: {len(row)} fields, the header has {len(header)}")
+                    raise RawCsvError(f"{path}: line {line}: {len(row)} fields, the header has {len(header)}")
                 views.append(row[index["view"]])
                 objects.append(row[index["object_type"]])
                 for c in columns:
                     values[c].append(_cell(row[index[c]], path, line, c, binary=c in binary))
         except csv.Error as exc:
-            raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+            raise RawCsvError(f"{path}: line {reader.line_num}: {exc}") from None
     arrays = {c: np.asarray(v, dtype=np.float64) for c, v in values.items()}
     return ResponderTable(
         name=name, views=views, object_type=objects,
@@ -150,7 +155,7 @@ def read_raw_dir(directory: str | Path) -> dict[str, ResponderTable]:
         if model is None or not path.is_file():
             continue
         if model in tables:
-            raise ValueError(f"{path}: model {model!r} already read from {tables[model].source}")
+            raise RawCsvError(f"{path}: model {model!r} already read from {tables[model].source}")
         tables[model] = read_raw_csv(path, model)
     if not tables:
         raise FileNotFoundError(f"no eval_raw_<model>_text.csv files in {directory}")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.hierarchy import SUMMARY_COLUMNS
+from spatialiq_train.errors import InputError
 from spatialiq_train.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 
 REQUIRED_KEYS: tuple[str, ...] = ("name", "k", "summary", "object_counting", "per_task", "summation_2x2", "breakdowns")
@@ -23,12 +24,12 @@ def load_metrics(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
         obj = read_json(path)
         missing = [k for k in REQUIRED_KEYS if not isinstance(obj, dict) or k not in obj]
         if missing:
-            raise ValueError(f"{path}: not a metrics file from `spatialiq eval score` (lacks {', '.join(missing)})")
+            raise InputError(f"{path}: not a metrics file from `spatialiq eval score` (lacks {', '.join(missing)})")
         if any(m["name"] == obj["name"] for m in loaded):
-            raise ValueError(f"{path}: responder name {obj['name']!r} appears twice")
+            raise InputError(f"{path}: responder name {obj['name']!r} appears twice")
         loaded.append(obj)
     if not loaded:
-        raise ValueError("no metrics files given")
+        raise InputError("no metrics files given")
     return loaded
 
 

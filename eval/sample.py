@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from eval.completions import Completion, Key, append_completions, load_completions, repair_tail
 from eval.scenes import Scene
+from spatialiq_train.errors import InputError
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.tasks import INTEGER_TASKS, Dialect, build_prompt, get_task
 
@@ -71,7 +72,7 @@ class SamplingConfig(BaseModel):
             try:
                 prompts[task] = build_prompt(task, dialect)
             except KeyError:
-                raise ValueError(
+                raise InputError(
                     f"task {task!r} has no prompt in the {dialect!r} dialect; use --dialect type1 or leave "
                     f"{task} out of --tasks (asked: {', '.join(self.task_list())})"
                 ) from None

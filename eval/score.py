@@ -209,7 +209,7 @@ def require_matches(preds: SampledPredictions, completions: Mapping[Key, Complet
         return
     example = next(iter(completions.values()))
     scene = preds.scenes[0].view if preds.scenes else "(no scenes)"
-    raise ValueError(
+    raise UserError(
         f"none of the {len(completions)} completions matches a scene of data root {data_root} "
         f"(mode {preds.mode}); e.g. view {example.view!r} task {example.task!r} is not there, while the "
         f"root has views like {scene!r}; pass the --data (and --split) the completions were sampled from"

@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from spatialiq_train.errors import InputError
+
 _NUMBER_RUN = re.compile(r"(\d+)", re.ASCII)
 
 
@@ -55,13 +57,59 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, dumps_json(obj))
 
 
-def read_json(path: str | Path) -> Any:
-    """Read a JSON file; a parse error names the file, line and column."""
+_SNIPPET_SIDE = 30
+"""Characters of the offending line shown on each side of a JSON error."""
+
+
+def json_error_text(exc: json.JSONDecodeError, where: str) -> str:
+    """One line for a JSON parse error: ``where``, line, column, the reason and the text around the error.
+
+    The snippet is the offending line cut to a window around the column with ``<<here>>`` at the error,
+    so a mistake in the middle of a long or minified file is shown where it is, not cut off; an error at the
+    very end says the text stops early (a file cut short by an interrupted write). One-line text (a JSONL
+    row, whose ``where`` names the file line) is located by column only.
+    """
+    doc, pos = exc.doc, exc.pos
+    spot = f"column {exc.colno}" if "\n" not in doc.rstrip("\n") else f"line {exc.lineno}, column {exc.colno}"
+    if not doc[pos:].strip():
+        last_line = doc.rstrip().rsplit("\n", 1)[-1]
+        return (f"{where}: invalid JSON at {spot}: {exc.msg}; the text ends before the JSON value does "
+                f"(a file cut short?), it stops at {last_line[-_SNIPPET_SIDE:]!r}")
+    start = doc.rfind("\n", 0, pos) + 1
+    end = doc.find("\n", pos)
+    end = len(doc) if end < 0 else end
+    left = doc[max(start, pos - _SNIPPET_SIDE):pos]
+    right = doc[pos:min(end, pos + _SNIPPET_SIDE)]
+    left = ("..." if pos - _SNIPPET_SIDE > start else "") + left
+    right = right + ("..." if pos + _SNIPPET_SIDE < end else "")
+    return f"{where}: invalid JSON at {spot}: {exc.msg}, at {left}<<here>>{right}"
+
+
+def loads_json(text: str, where: str) -> Any:
+    """``json.loads`` whose error is an InputError naming ``where`` (a file and line, or an option) and the spot."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(json_error_text(exc, where)) from None
+
+
+def read_text(path: str | Path, what: str = "") -> str:
+    """A UTF-8 text file; invalid UTF-8 is an InputError naming the file and the byte offset.
+
+    ``what`` (e.g. ``"recipe"``) prefixes the path in the message.
+    """
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        label = f"{what} {path}" if what else str(path)
+        raise InputError(f"{label}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is "
+                         f"invalid: {exc.reason}); save the file as UTF-8") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """Read a JSON file; a parse error names the file, line, column and shows the text around the error."""
+    return loads_json(read_text(path), str(path))
 
 
 def resolve_inside(root: str | Path, relpath: str | Path) -> Path:
@@ -69,10 +117,10 @@ def resolve_inside(root: str | Path, relpath: str | Path) -> Path:
     root_p = Path(root).resolve()
     rel = Path(relpath)
     if rel.is_absolute():
-        raise ValueError(f"path {str(relpath)!r} must be relative to the dataset root {root}")
+        raise InputError(f"path {str(relpath)!r} must be relative to the dataset root {root}")
     full = (root_p / rel).resolve()
     if full != root_p and root_p not in full.parents:
-        raise ValueError(f"path {str(relpath)!r} escapes the dataset root {root}")
+        raise InputError(f"path {str(relpath)!r} escapes the dataset root {root}")
     return full
 
 

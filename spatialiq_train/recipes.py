@@ -14,6 +14,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from spatialiq_train.errors import InputError
+from spatialiq_train.io import read_text
+
 
 def _steps_or_epochs(value: int) -> int:
     if value == 0 or value < -1:
@@ -25,7 +28,7 @@ MaxSteps = Annotated[int, AfterValidator(_steps_or_epochs)]
 """``max_steps``: a positive step budget, or -1 (transformers' convention) to train by epochs."""
 
 
-class RecipeError(ValueError):
+class RecipeError(InputError):
     """A recipe file or override is invalid; the message names the file, key path and what would be right."""
 
 
@@ -295,11 +298,16 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     shipped = SHIPPED_RECIPES / f"{p.name}.yaml"
     if not p.is_file() and p.suffix == "" and len(p.parts) == 1 and shipped.is_file():
         p = shipped
+    names = ", ".join(sorted(f.stem for f in SHIPPED_RECIPES.glob("*.yaml")))
+    if p.is_dir():
+        raise RecipeError(f"recipe path {p} is a directory; give a recipe YAML file in it (or a shipped recipe "
+                          f"name: {names})")
     if not p.is_file():
-        names = ", ".join(sorted(f.stem for f in SHIPPED_RECIPES.glob("*.yaml")))
         raise RecipeError(f"recipe file {p} does not exist (a YAML path, or a shipped recipe name: {names})")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(read_text(p, "recipe")) or {}
+    except InputError as exc:  # not UTF-8
+        raise RecipeError(exc.message) from None
     except yaml.YAMLError as exc:
         raise RecipeError(f"{p}: not valid YAML ({exc})") from exc
     if not isinstance(data, dict):

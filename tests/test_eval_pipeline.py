@@ -305,7 +305,7 @@ def test_cli_score_fails_when_no_completion_matches(dataset: Path, tmp_path: Pat
     other = make_dataset(tmp_path / "other", structures=1, prefix="eval_set/data_1/level_1")
     res = CliRunner().invoke(app, ["eval", "score", "--completions", str(out), "--data", str(other),
                                    "--out", str(tmp_path / "s"), "--name", "x"])
-    assert res.exit_code == 1
+    assert res.exit_code == EXIT_USAGE  # bad input (completions of another --data): 2 since issue 9.4
     assert "none of the 32 completions matches" in res.output and f"data root {other} " in res.output
     assert "view 'benchmark/level_1/sample_00001/view_01/" in res.output
     assert not (tmp_path / "s" / "metrics_x.json").exists()
@@ -318,9 +318,9 @@ def test_cli_score_refuses_bad_inputs_before_writing(dataset: Path, tmp_path: Pa
     missing = runner.invoke(app, [*base, "--completions", str(tmp_path / "nope.jsonl"), "--name", "x"])
     assert missing.exit_code == EXIT_USAGE and "nope.jsonl: no such file" in missing.output
     slash = runner.invoke(app, [*base, "--completions", str(out), "--name", "a/b"])
-    assert slash.exit_code == 1 and "--name 'a/b'" in slash.output
+    assert slash.exit_code == EXIT_USAGE and "--name 'a/b'" in slash.output
     zero = runner.invoke(app, [*base, "--completions", str(out), "--name", "x", "--k", "0"])
-    assert zero.exit_code == 1 and "--k must be at least 1" in zero.output
+    assert zero.exit_code == EXIT_USAGE and "--k must be at least 1" in zero.output
     assert not (tmp_path / "s").exists()
 
 
@@ -329,10 +329,10 @@ def test_cli_errors_are_clean(tmp_path: Path) -> None:
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "eval_raw_x_text.csv").write_text("view,object_type\n")
     res = runner.invoke(app, ["eval", "paper-tables", "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "o")])
-    assert res.exit_code == 1 and "eval_raw_x_text.csv: line 1" in res.output
+    assert res.exit_code == EXIT_USAGE and "eval_raw_x_text.csv: line 1" in res.output
     res = runner.invoke(app, ["eval", "sample", "--model", str(tmp_path), "--data", str(tmp_path / "raw"),
                               "--out", str(tmp_path / "c.jsonl"), "--mode", "sideways"])
-    assert res.exit_code == 1 and "mode" in res.output
+    assert res.exit_code == EXIT_USAGE and "--mode" in res.output
 
 
 def test_training_dialect_without_a_task_prompt_fails_up_front(dataset: Path, tmp_path: Path) -> None:
@@ -346,7 +346,7 @@ def test_training_dialect_without_a_task_prompt_fails_up_front(dataset: Path, tm
         res = CliRunner().invoke(app, ["eval", "sample", "--model", str(tmp_path / "no-model"), "--data", str(dataset),
                                        "--out", str(tmp_path / "c.jsonl"), "--mode", "independent",
                                        "--dialect", "training", *tasks])
-        assert res.exit_code == 1 and "task 'task11' has no prompt in the 'training' dialect" in res.output
+        assert res.exit_code == EXIT_USAGE and "task 'task11' has no prompt in the 'training' dialect" in res.output
         assert res.exception is None or isinstance(res.exception, SystemExit)
     assert not (tmp_path / "c.jsonl").exists()
 
@@ -356,7 +356,7 @@ def test_vllm_engine_fails_clearly_when_absent(tmp_path: Path) -> None:
 
     if vllm_available():
         pytest.skip("vLLM is installed here")
-    with pytest.raises(RuntimeError, match="vLLM, which is not installed"):
+    with pytest.raises(UserError, match="--engine vllm: the vllm engine needs vLLM, which is not installed"):
         VLLMEngine(tmp_path)
 
 

@@ -13,6 +13,7 @@ from data_gen import layout, splits
 from data_gen.generate import GenConfig, run
 from data_gen.split_check import Record, check_splits, find_leaks
 from spatialiq_train.cli import app
+from spatialiq_train.errors import EXIT_USAGE
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_find_leaks_on_records() -> None:
 
 def test_missing_directory_is_an_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["check-splits", str(tmp_path / "nope")])
-    assert result.exit_code == 1 and "not a directory" in result.output
+    assert result.exit_code == EXIT_USAGE and "not a directory" in result.output  # bad input: 2 since issue 9.4
 
 
 def test_recorded_structure_id_is_recomputed_and_a_mismatch_is_a_problem(datasets_dir: Path, tmp_path: Path) -> None:
@@ -130,4 +131,4 @@ def test_an_empty_folder_is_not_a_clean_dataset(tmp_path: Path) -> None:
     from spatialiq_train.cli import app
 
     res = CliRunner().invoke(app, ["check-splits", str(tmp_path)])
-    assert res.exit_code == 1 and "no generated dataset found" in res.output
+    assert res.exit_code == EXIT_USAGE and "no generated dataset found" in res.output  # bad input: 2 since issue 9.4

@@ -13,13 +13,14 @@ from typing import Protocol
 import numpy as np
 
 from data_gen.camera import Camera
+from spatialiq_train.errors import JobFailure
 
 OBJECT_TYPES: tuple[str, ...] = ("cube", "can")
 """``cube`` is what training uses; ``can`` (a cylinder) tests generalisation to unseen objects."""
 
 
-class RenderError(RuntimeError):
-    """A backend failed on one scene; the message names the scene."""
+class RenderError(JobFailure, RuntimeError):
+    """A backend failed on one scene; the message names the scene (exit 1: the job ran and failed)."""
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,8 @@ commands; heavy libraries are imported inside the command bodies so ``spatialiq 
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -22,21 +20,33 @@ from spatialiq_train.cli import reward as reward_cli
 from spatialiq_train.cli import sweep as sweep_cli
 from spatialiq_train.cli import traces as traces_cli
 from spatialiq_train.cli import train as train_cli
-from spatialiq_train.errors import UserError
+from spatialiq_train.errors import describe_error
 
 
 class _Commands(TyperGroup):
-    """Renders a :class:`UserError` raised by any command as one ``error: ...`` line with its exit code."""
+    """Renders bad input and failed jobs from any command as one ``error: ...`` line with its exit code.
 
-    def invoke(self, ctx: click.Context) -> Any:
+    What is rendered and with which code is decided by :func:`spatialiq_train.errors.describe_error`
+    (UserError and subclasses, OSError as a sentence, other ValueError/KeyError); under ``--verbose``
+    the exception propagates with its traceback. Anything else (a bug) always keeps its traceback.
+    """
+
+    def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except UserError as exc:
-            if ctx.meta.get("spatialiq.verbose") or "-v" in sys.argv[1:] or "--verbose" in sys.argv[1:]:
+        except (typer.Exit, typer.Abort, typer.TyperException):  # exit codes and click's own usage errors
+            raise
+        except Exception as exc:
+            described = describe_error(exc)
+            if described is None or ctx.meta.get(VERBOSE_KEY):
                 raise
-            typer.echo(f"error: {exc.message}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+            message, code = described
+            typer.echo(f"error: {message}", err=True)
+            raise typer.Exit(code) from None
 
+
+VERBOSE_KEY = "spatialiq.verbose"
+"""``ctx.meta`` key the root callback sets from ``--verbose`` (the context's meta is shared by subcommands)."""
 
 app = typer.Typer(
     cls=_Commands,
@@ -54,30 +64,10 @@ for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, release_cl
 @app.callback()
 def _root(ctx: typer.Context,
           verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEBUG; tracebacks on errors.")) -> None:
-    ctx.meta["spatialiq.verbose"] = verbose
+    ctx.meta[VERBOSE_KEY] = verbose
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError)
-"""Errors from bad input (missing or malformed files, bad values) that reach the top of a command: shown as one
-``error: ...`` line and exit status 1, with the traceback only under ``--verbose``. Our own error types
-(RecipeError, TraceError, GroundTruthError) are ValueErrors; RenderError and GenerationError are added by name."""
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from data_gen.generate import GenerationError
-    from data_gen.render.base import RenderError
-
-    return (*USER_ERRORS, GenerationError, RenderError)
-
-
 def main() -> None:
-    """Console entry point: clean one-line errors for bad input, tracebacks only with --verbose."""
-    try:
-        app()
-    except _user_errors() as exc:
-        if "-v" in sys.argv[1:] or "--verbose" in sys.argv[1:]:
-            raise
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        typer.echo(f"error: {message} (rerun with --verbose for the traceback)", err=True)
-        raise SystemExit(1) from None
+    """Console entry point (``spatialiq``): errors are rendered by the command group, see :class:`_Commands`."""
+    app()

@@ -51,7 +51,17 @@ def demo_steps(
     ]
 
 
+def _run_step(app: typer.Typer, args: list[str]) -> int | None:
+    """Run one ``spatialiq`` command in-process; its exit code (the command group has printed its error)."""
+    try:
+        return app(args, standalone_mode=False)  # returns a typer.Exit's code instead of raising it
+    except typer.TyperException as exc:  # a usage error (click's ClickException) of the step's arguments
+        exc.show()  # type: ignore[attr-defined]
+        return exc.exit_code  # type: ignore[attr-defined]
+
+
 def demo(
+    ctx: typer.Context,
     out: Path = typer.Option(Path("demo"), "--out", help="Folder for everything the demo writes."),
     structures: int = typer.Option(40, "--structures", help="Train structures (16 views each)."),
     benchmark_structures: int = typer.Option(4, "--benchmark-structures", help="Benchmark structures."),
@@ -72,7 +82,7 @@ def demo(
     cot`` every step runs the same way, but the tiny model does not learn the 400-token CoT
     template in a CPU budget, so RL sees reward 0 and dynamic sampling drops every group.
     """
-    from spatialiq_train.cli import app
+    from spatialiq_train.cli import VERBOSE_KEY, app
     from spatialiq_train.errors import UserError
     from spatialiq_train.recipes import load_recipe
 
@@ -80,21 +90,16 @@ def demo(
         raise UserError("--renderer none has no images to train on; use mitsuba")
     if kind not in ("plain", "cot"):
         raise UserError(f"--kind must be plain or cot, got {kind!r}")
-    load_recipe(recipe)  # a missing or invalid recipe stops the demo before any work
+    load_recipe(recipe)  # a missing or invalid recipe (or a directory) stops the demo before any work
     steps = demo_steps(out, structures, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe,
                        kind)
+    verbose = ["--verbose"] if ctx.meta.get(VERBOSE_KEY) else []
     for n, args in enumerate(steps, 1):
         typer.secho(f"[{n}/{len(steps)}] spatialiq {shlex.join(args)}", bold=True)
-        try:
-            rc = app(args, standalone_mode=False)  # returns a typer.Exit's code instead of raising it
-        except Exception as exc:  # click usage errors carry their exit code
-            rc = getattr(exc, "exit_code", None)
-            if rc is None:
-                raise
-            typer.echo(str(exc), err=True)
+        rc = _run_step(app, [*verbose, *args])
         if rc not in (0, None):
-            typer.echo(f"demo step {n} failed (exit {rc}): spatialiq {shlex.join(args)}", err=True)
-            raise typer.Exit(rc)
+            raise UserError(f"demo step {n} failed (exit {rc}, its error is above): spatialiq {shlex.join(args)}",
+                            exit_code=rc)
     typer.secho(f"Done. Report: {out / 'eval' / 'report' / 'report.md'}; release: {out / 'release'}", bold=True)
     typer.secho(f"Note: {TINY_NOTE}", bold=True)
 

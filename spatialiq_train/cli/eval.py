@@ -13,11 +13,6 @@ eval_app = typer.Typer(name="eval", help="Sample checkpoints, score them, write 
                        no_args_is_help=True)
 
 
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
-
-
 @eval_app.command("paper-tables")
 def paper_tables(
     raw: Path = typer.Option(..., "--raw", help="Folder with eval_raw_<model>_text.csv files (released layout)."),
@@ -30,10 +25,7 @@ def paper_tables(
     """Summary, summation 2x2, composition and per-task accuracy tables from released raw files."""
     from eval.paper_tables import write_paper_tables
 
-    try:
-        written = write_paper_tables(raw, out, convention)
-    except (ValueError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
+    written = write_paper_tables(raw, out, convention)
     for name in written:
         typer.echo(str(out / name))
 
@@ -70,24 +62,23 @@ def sample(
     from eval.engines import VLLMEngine, default_max_model_len, make_engine
     from eval.sample import PARTNER_STEP, SamplingConfig, run_sampling
     from eval.scenes import find_scenes
+    from spatialiq_train.cli.options import option_errors
+    from spatialiq_train.errors import UserError
     from spatialiq_train.io import check_model_source
 
     try:
         config = SamplingConfig(mode=mode, k=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                 dialect=dialect, cot_system_prompt=cot_system_prompt, seed=seed,
                                 tasks=tasks.split(",") if tasks else None, batch_size=batch_size or 1)
-        config.task_prompts()  # every prompt up front: a task the dialect lacks fails here, not mid-run
-        scenes = find_scenes(data, split)[:limit]
-    except (ValidationError, ValueError, KeyError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
-    try:
-        check_model_source(model, "--model")
-        max_images = 2 if set(config.task_list()) & PARTNER_STEP.keys() else 1
-        gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device,
-                                 max_model_len=max_model_len or default_max_model_len(max_new_tokens),
-                                 max_images=max_images)
-    except (RuntimeError, ValueError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
+    except ValidationError as exc:
+        raise UserError(option_errors(exc)) from None
+    config.task_prompts()  # every prompt up front: a task the dialect lacks fails here, not mid-run
+    scenes = find_scenes(data, split)[:limit]
+    check_model_source(model, "--model")
+    max_images = 2 if set(config.task_list()) & PARTNER_STEP.keys() else 1
+    gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device,
+                             max_model_len=max_model_len or default_max_model_len(max_new_tokens),
+                             max_images=max_images)
     if batch_size is None:
         config = config.model_copy(update={"batch_size": 256 if isinstance(gen_engine, VLLMEngine) else 4})
     if config.temperature == 0 and config.k > 1:
@@ -104,6 +95,22 @@ def _score_line(metrics: dict) -> str:
                       if key in oc)
     return (f"{shown}  scenes {counts['scenes_covered']}/{metrics['scenes']}  unparseable {counts['unparseable']}  "
             f"absent {counts['absent']}  unknown {counts['unknown_view_or_task']}  parse {metrics['parse']}")
+
+
+def _check_score_options(mode: str | None, parse: str, k: int | None, min_coverage: float, name: str) -> None:
+    """The option mistakes `eval score` can see before reading any file, as a UserError naming the option."""
+    from spatialiq_train.errors import UserError
+
+    if mode not in (None, "from-trace", "independent"):
+        raise UserError(f"--mode must be from-trace or independent, got {mode!r}")
+    if parse not in ("official", "strict"):
+        raise UserError(f"--parse must be official or strict, got {parse!r}")
+    if k is not None and k < 1:
+        raise UserError(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
+    if not 0.0 <= min_coverage <= 1.0:
+        raise UserError(f"--min-coverage must be a share between 0 and 1, got {min_coverage}")
+    if not name or name.strip(".") == "" or any(not (c.isalnum() or c in "._+-") for c in name):
+        raise UserError(f"--name {name!r}: use letters, digits and . _ + - only (it becomes part of file names)")
 
 
 @eval_app.command("score")
@@ -131,31 +138,16 @@ def score(
     from eval.hierarchy import check_convention
     from eval.rawcsv import write_raw_csv
     from eval.scenes import find_scenes
-    from spatialiq_train.errors import UserError
     from spatialiq_train.io import atomic_write_json
 
-    if mode not in (None, "from-trace", "independent"):
-        raise _fail(f"--mode must be from-trace or independent, got {mode!r}")
-    if parse not in ("official", "strict"):
-        raise _fail(f"--parse must be official or strict, got {parse!r}")
-    if k is not None and k < 1:
-        raise _fail(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
-    if not 0.0 <= min_coverage <= 1.0:
-        raise _fail(f"--min-coverage must be a share between 0 and 1, got {min_coverage}")
-    if not name or name.strip(".") == "" or any(not (c.isalnum() or c in "._+-") for c in name):
-        raise _fail(f"--name {name!r}: use letters, digits and . _ + - only (it becomes part of file names)")
-    try:
-        conv = check_convention(convention)
-        scenes = find_scenes(data, split)
-        records = load_for_scoring(completions)
-        k = scoring.resolve_k(records, k, completions)
-        preds = scoring.collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
-        scoring.require_matches(preds, records, data)
-        warning = scoring.check_coverage(preds, min_coverage, completions)
-    except UserError as exc:
-        raise _fail(exc.message, exc.exit_code) from None
-    except (ValueError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
+    _check_score_options(mode, parse, k, min_coverage, name)
+    conv = check_convention(convention)
+    scenes = find_scenes(data, split)
+    records = load_for_scoring(completions)
+    k = scoring.resolve_k(records, k, completions)
+    preds = scoring.collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
+    scoring.require_matches(preds, records, data)
+    warning = scoring.check_coverage(preds, min_coverage, completions)
     if warning:
         typer.echo(f"warning: {warning}", err=True)
     metrics = scoring.score_predictions(preds, name, conv)
@@ -175,10 +167,7 @@ def report(
     """Markdown report with plots (2x2 heatmaps, difficulty bins, object types) and a JSON with every number."""
     from eval.report import write_report
 
-    try:
-        path = write_report(metrics, out)
-    except (ValueError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
+    path = write_report(metrics, out)
     typer.echo(str(path))
 
 
@@ -191,10 +180,7 @@ def compare(
     """Paired exact McNemar tests between every pair of responders, Benjamini-Hochberg adjusted."""
     from eval.compare import write_comparison
 
-    try:
-        path = write_comparison(raw, out, task)
-    except (ValueError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
+    path = write_comparison(raw, out, task)
     typer.echo(str(path))
 
 

@@ -3,29 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
-
-_FLAGS = {"out": "--out", "structures": "--structures", "seed": "--seed", "split": "--split", "workers": "--workers",
-          "renderer": "--renderer", "object_type": "--object-type", "shard": "--shard", "num_shards": "--num-shards",
-          "resolution": "--resolution", "render_variant": "--render-variant"}
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
-
-
-def _config_errors(exc: Any) -> str:
-    """One line per pydantic error, naming the CLI flag, the value given and what is allowed."""
-    lines = []
-    for err in exc.errors():
-        loc = err.get("loc") or ()
-        flag = _FLAGS.get(str(loc[0]), str(loc[0])) if loc else "arguments"
-        given = f" (got {err['input']!r})" if loc and "input" in err else ""
-        lines.append(f"{flag}: {err['msg'].removeprefix('Value error, ')}{given}")
-    return "; ".join(lines)
 
 
 def gen(
@@ -49,18 +28,17 @@ def gen(
     """Generate cube scenes with exact ground truth: the per-view layout and parquet shards under OUT."""
     from pydantic import ValidationError
 
-    from data_gen.generate import GenConfig, GenerationError, run
+    from data_gen.generate import GenConfig, run
+    from spatialiq_train.cli.options import option_errors
+    from spatialiq_train.errors import UserError
 
     try:
         cfg = GenConfig(out=out, structures=structures, seed=seed, split=split, workers=workers, renderer=renderer,
                         object_type=object_type, shard=shard, num_shards=num_shards, resolution=resolution,
                         render_variant=render_variant)
     except ValidationError as exc:
-        raise _fail(_config_errors(exc), 2) from None
-    try:
-        manifest = run(cfg, progress=not quiet, plan_only=plan_only)
-    except GenerationError as exc:
-        raise _fail(str(exc)) from None
+        raise UserError(option_errors(exc)) from None
+    manifest = run(cfg, progress=not quiet, plan_only=plan_only)
     if plan_only:
         typer.echo(f"plan written: {out / 'plan.json'}")
     elif manifest is not None:
@@ -72,12 +50,9 @@ def gen(
 
 def gen_merge(out: Path = typer.Option(..., "--out", help="Dataset directory of a sharded (Slurm array) run.")) -> None:
     """Verify every shard's recorded sha256 and write OUT/manifest.json."""
-    from data_gen.generate import GenerationError, merge
+    from data_gen.generate import merge
 
-    try:
-        manifest = merge(out)
-    except GenerationError as exc:
-        raise _fail(str(exc)) from None
+    manifest = merge(out)
     typer.echo(f"manifest written: {manifest['counts']['structures']} structures, {len(manifest['shards'])} shard(s)")
 
 
@@ -85,21 +60,20 @@ def check_splits(dirs: list[Path] = typer.Argument(..., help="Generated dataset 
     """Exit non-zero if any structure leaks across train/benchmark, train/val or warmup/rl, or if a scene.json
     records a structure_id that is not the id of its height_map."""
     from data_gen.split_check import check_splits as run_check
+    from spatialiq_train.errors import EXIT_FAILURE, UserError
 
-    try:
-        report = run_check(dirs)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
+    report = run_check(dirs)
     typer.echo(report.summary())
     if report.records == 0:
-        raise _fail(f"no generated dataset found in {', '.join(map(str, dirs))} (expected scene.json files under "
+        raise UserError(f"no generated dataset found in {', '.join(map(str, dirs))} (expected scene.json files under "
                     "<dir>/train or <dir>/benchmark, or parquet shards under <dir>/data)")
     for leak in report.leaks:
         typer.echo(f"LEAK {leak}", err=True)
     for problem in report.problems:
         typer.echo(f"PROBLEM {problem}", err=True)
     if report.leaks or report.problems:
-        raise typer.Exit(1)
+        raise UserError(f"{len(report.leaks)} leak(s) and {len(report.problems)} problem(s) found (listed above)",
+                        exit_code=EXIT_FAILURE)
 
 
 def fidelity(
@@ -112,17 +86,15 @@ def fidelity(
 ) -> None:
     """Compare generated per-view distributions with the released evaluation set."""
     from data_gen.fidelity import compare, default_reference, format_report, load_generated, load_reference
+    from spatialiq_train.errors import UserError
 
     if reference is None:
         reference = default_reference()
         if not reference.is_file():
-            raise _fail(f"no --reference given and the default {reference} does not exist (../shared beside the "
-                        "repository root is absent); pass --reference PATH/TO/eval_raw_qwen_text.csv", 2)
-    try:
-        ref = load_reference(reference)
-        gen_views = load_generated(dataset, split)
-    except (ValueError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
+            raise UserError(f"no --reference given and the default {reference} does not exist (../shared beside the "
+                            "repository root is absent); pass --reference PATH/TO/eval_raw_qwen_text.csv")
+    ref = load_reference(reference)
+    gen_views = load_generated(dataset, split)
     typer.echo(format_report(compare(gen_views, ref), gen_views, ref))
 
 

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from spatialiq_train.errors import UserError
+
 reward_app = typer.Typer(help="Score completions with the reward library; list reward names.", no_args_is_help=True)
 
 
 def _parse_spec(text: str) -> Any:
+    from spatialiq_train.io import loads_json
+
     if text.lstrip().startswith("{"):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise typer.BadParameter(f"--reward looks like JSON but is not: {exc}") from None
+        return loads_json(text, "--reward (a JSON weight mapping)")
     return text
 
 
@@ -43,22 +43,21 @@ def score(
     if gt is not None:
         data = read_json(gt)
         if not isinstance(data, dict):
-            raise typer.BadParameter(f"{gt}: expected a JSON object of ground-truth fields")
+            raise UserError(f"--gt {gt}: expected a JSON object of ground-truth fields, got {type(data).__name__}")
         columns = {k: [v] for k, v in data.items()}
         if answer is None:
             answer = data.get("task_main")
     if answer is None:
-        raise typer.BadParameter("give --answer N (or --gt with a task_main field)")
+        raise UserError("--answer: give --answer N (or --gt with a task_main field)")
     columns["answer"] = [answer]
     try:
         fn = resolve_reward(_parse_spec(reward))
+    except UserError:
+        raise
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--reward") from None
+        raise UserError(f"--reward {reward}: {exc}") from None
     reset_errors()
-    try:
-        comps, total = components_of(fn, [text], **columns)
-    except ValueError as exc:  # a missing ground-truth column
-        raise typer.BadParameter(str(exc)) from None
+    comps, total = components_of(fn, [text], **columns)  # a missing ground-truth column: ValueError, exit 2
     weights = getattr(fn, "weights", None) or {}
     width = max(len(n) for n in comps)
     for name, values in comps.items():

@@ -33,20 +33,18 @@ def traces(
 ) -> None:
     """Write chat-format trace JSONL files, partitioned by structure."""
     from data_gen.traces import build_traces, check_options, load_views, write_traces
+    from spatialiq_train.errors import UserError
     from spatialiq_train.tasks import DIALECTS
 
     if dialect not in DIALECTS:
-        raise typer.BadParameter(f"unknown dialect {dialect!r}; valid: {', '.join(DIALECTS)}", param_hint="--dialect")
+        raise UserError(f"--dialect: unknown dialect {dialect!r}; valid: {', '.join(DIALECTS)}")
     task_ids = [t.strip() for t in tasks.split(",") if t.strip()]
-    try:
-        check_options(kind, task_ids, mask_final_answer)  # option mistakes first, before reading the dataset
-        views = load_views(data, split)
-        files = build_traces(views, kind, task_ids, mask_final_answer, dialect, require_images)  # type: ignore[arg-type]
-    except (ValueError, KeyError) as exc:
-        raise typer.BadParameter(str(exc).strip("'\"")) from None
+    check_options(kind, task_ids, mask_final_answer)  # option mistakes first, before reading the dataset
+    views = load_views(data, split)
+    files = build_traces(views, kind, task_ids, mask_final_answer, dialect, require_images)  # type: ignore[arg-type]
     if not files:
-        raise typer.BadParameter(f"no usable views under {data} (gt.json beside view.png, or parquet rows with an "
-                                 "image; --no-require-images takes views without images)", param_hint="--data")
+        raise UserError(f"--data: no usable views under {data} (gt.json beside view.png, or parquet rows with an "
+                        "image; --no-require-images takes views without images)")
     counts = write_traces(out, files)
     for name, count in counts.items():
         typer.echo(f"{out / (name + '.jsonl')}: {count} records")

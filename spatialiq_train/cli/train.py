@@ -29,16 +29,6 @@ def load_checked(recipe: Path, overrides: list[str] | None = None):  # noqa: ANN
     return rec
 
 
-def _load(recipe: Path, overrides: list[str] | None):  # noqa: ANN202
-    from spatialiq_train.recipes import RecipeError
-
-    try:
-        return load_checked(recipe, overrides)
-    except RecipeError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
-
-
 def _out(recipe, out: Path | None, leaf: str) -> Path:  # noqa: ANN001
     return out if out is not None else Path(recipe.run.output_dir) / leaf
 
@@ -47,7 +37,7 @@ def sft_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] 
     """Supervised fine-tuning (SFT-plain or SFT-CoT) on the recipe's data.sft_split; loss on assistant tokens."""
     from spatialiq_train.train.sft import run_sft
 
-    rec = _load(recipe, overrides)
+    rec = load_checked(recipe, overrides)
     final = run_sft(rec, _out(rec, out, "sft"))
     typer.echo(f"SFT finished: {final}")
 
@@ -56,7 +46,7 @@ def rl_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] |
     """GRPO under the DAPO recipe on data.rl_split, starting from (and KL-anchored to) rl.init_from."""
     from spatialiq_train.train.rl import run_rl
 
-    rec = _load(recipe, overrides)
+    rec = load_checked(recipe, overrides)
     if rec.rl.init_from is None and not rec.model.tiny:
         typer.echo("note: rl.init_from is not set; starting from (and anchoring to) model.name_or_path", err=True)
     final = run_rl(rec, _out(rec, out, "rl"))
@@ -67,7 +57,7 @@ def dapo_tight_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: lis
     """Both DAPO-tight phases under one run folder: SFT warm-up, then RL; rerun to resume."""
     from spatialiq_train.train.run import run_dapo_tight
 
-    rec = _load(recipe, overrides)
+    rec = load_checked(recipe, overrides)
     final = run_dapo_tight(rec, out if out is not None else Path(rec.run.output_dir))
     typer.echo(f"DAPO-tight finished: {final}")
 
@@ -77,25 +67,26 @@ def validate_cmd(
     overrides: list[str] | None = typer.Option(None, "--set", help="Override KEY.PATH=VALUE (repeatable)."),
 ) -> None:
     """Validate recipes; exits non-zero when any is invalid."""
+    from spatialiq_train.errors import UserError
     from spatialiq_train.recipes import RecipeError
 
-    bad = 0
+    bad = []
     for f in files:
         try:
             load_checked(f, overrides)
             typer.echo(f"ok: {f}")
         except RecipeError as exc:
-            bad += 1
+            bad.append(str(f))
             typer.echo(str(exc), err=True)
     if bad:
-        raise typer.Exit(1)
+        raise UserError(f"{len(bad)} of {len(files)} recipe(s) invalid (reasons above): {', '.join(bad)}")
 
 
 def show_cmd(recipe: Path = typer.Argument(..., help="Recipe YAML."), overrides: list[str] | None = OVERRIDES) -> None:
     """Print the fully resolved recipe (defaults filled in, overrides applied)."""
     from spatialiq_train.recipes import recipe_to_yaml
 
-    typer.echo(recipe_to_yaml(_load(recipe, overrides)), nl=False)
+    typer.echo(recipe_to_yaml(load_checked(recipe, overrides)), nl=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,13 +8,13 @@ the first user text, which is where the trace puts it. Images are referenced by 
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from data_gen.traces import REWARD_FIELDS
-from spatialiq_train.io import resolve_inside
+from spatialiq_train.dataset import REWARD_FIELDS
+from spatialiq_train.errors import InputError
+from spatialiq_train.io import loads_json, resolve_inside
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ has them (the fields the trace writer copies onto every record); reward function
 keyword argument (e.g. the stepwise reward)."""
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """A trace file or row is malformed; the message names file and line."""
 
 
@@ -40,9 +40,9 @@ def read_traces(path: str | Path, limit: int | None = None) -> list[dict[str, An
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
+                row = loads_json(line, f"{p}:{lineno}")
+            except InputError as exc:
+                raise TraceError(exc.message) from None
             if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
                 raise TraceError(f"{p}:{lineno}: expected an object with a 'messages' list")
             rows.append(row)

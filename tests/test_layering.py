@@ -1,0 +1,158 @@
+"""Layering (issue 9.6): who may import whom, and which imports stay light.
+
+The core modules (``spatialiq_train/*.py``) depend on nothing else in the project; ``data_gen``, ``reward``
+and ``eval`` build on the core; the backends (``spatialiq_train.train``, ``.release``, ``.nemo``) and the CLI
+sit on top. Every import statement counts, function-level (lazy) ones included: a lazy import is still a
+dependency. ``pyproject.toml``'s ``[tool.importlinter]`` holds the same rules for ``lint-imports``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+AREAS = ("spatialiq_train", "data_gen", "reward", "eval")
+BACKENDS = ("spatialiq_train.train", "spatialiq_train.release", "spatialiq_train.nemo")
+HEAVY = ("torch", "transformers", "trl", "vllm", "mitsuba", "ray", "nemo_rl", "isaacsim")
+"""Libraries that importing the core and the areas must not load (each command imports them in its body)."""
+
+RULES: dict[str, tuple[str, ...]] = {
+    "core": ("data_gen", "reward", "eval", "spatialiq_train.cli", *BACKENDS),
+    "eval": ("data_gen", "spatialiq_train.cli", *BACKENDS),
+    "data_gen": ("eval", "spatialiq_train.cli", *BACKENDS),
+    "reward": ("data_gen", "eval", "spatialiq_train.cli", *BACKENDS),
+}
+"""Layer -> the packages its modules may not import."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def core_modules() -> list[Path]:
+    """``spatialiq_train/*.py`` except the package ``__init__`` (which holds only the version)."""
+    return sorted(p for p in (ROOT / "spatialiq_train").glob("*.py") if p.name != "__init__.py")
+
+
+def layer_files(layer: str) -> list[Path]:
+    if layer == "core":
+        return core_modules()
+    return sorted((ROOT / layer).rglob("*.py"))
+
+
+def imports_in(text: str, package: str) -> list[tuple[int, str]]:
+    """Every module an import statement of ``text`` names, with its line; relative imports resolved in ``package``.
+
+    ``from pkg import name`` yields both ``pkg`` and ``pkg.name`` (the name may be a module).
+    """
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return found
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return imports_in(path.read_text(encoding="utf-8"), package)
+
+
+def _is_within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def banned_imports(imports: list[tuple[int, str]], layer: str, where: str) -> list[str]:
+    return [f"{where}:{line} imports {module} (layer {layer} may not import {banned})"
+            for line, module in imports for banned in RULES[layer] if _is_within(module, banned)]
+
+
+def violations(layer: str) -> list[str]:
+    out = []
+    for path in layer_files(layer):
+        out += banned_imports(imported_modules(path), layer, str(path.relative_to(ROOT)))
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("layer", sorted(RULES))
+def test_layer_imports_nothing_above_it(layer: str) -> None:
+    assert layer_files(layer), f"no files found for layer {layer}"
+    assert violations(layer) == []
+
+
+def test_the_checker_sees_lazy_and_relative_imports() -> None:
+    text = "import json\n\ndef f():\n    import torch\n    from ..generate import run\n    from . import base\n"
+    assert imports_in(text, "data_gen.render") == [
+        (1, "json"), (4, "torch"), (5, "data_gen.generate"), (5, "data_gen.generate.run"),
+        (6, "data_gen.render"), (6, "data_gen.render.base")]
+    lazy = imports_in("def f():\n    from data_gen.generate import run\n", "reward")
+    assert banned_imports(lazy, "reward", "reward/x.py") == [
+        "reward/x.py:2 imports data_gen.generate (layer reward may not import data_gen)",
+        "reward/x.py:2 imports data_gen.generate.run (layer reward may not import data_gen)"]
+
+
+def _light_modules() -> list[str]:
+    """Every module of the four areas except the training/release/NeMo backends."""
+    names = []
+    for area in AREAS:
+        for path in sorted((ROOT / area).rglob("*.py")):
+            name = _module_name(path)
+            if not any(_is_within(name, b) for b in BACKENDS):
+                names.append(name)
+    return names
+
+
+def test_importing_the_areas_loads_no_heavy_library() -> None:
+    modules = _light_modules()
+    assert {"spatialiq_train", "spatialiq_train.cli", "data_gen", "reward", "eval", "eval.engines"} <= set(modules)
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"loaded = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))\n"
+        "print(','.join(loaded))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "", f"heavy libraries loaded at import time: {res.stdout.strip()}"
+
+
+def test_pyproject_contracts_cover_every_core_module() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    contracts = {c["id"]: c for c in config["contracts"]}
+    assert sorted(contracts["core"]["source_modules"]) == sorted(_module_name(p) for p in core_modules())
+    assert set(config["root_packages"]) == set(AREAS)
+    for layer, banned in RULES.items():
+        listed = {m.removesuffix(".**") for c in contracts.values()
+                  if layer in c["source_modules"] or (layer == "core" and c["id"] == "core")
+                  for m in c["forbidden_modules"]}
+        assert set(banned) <= listed, (layer, set(banned) - listed)
+
+
+def test_lint_imports_keeps_every_contract() -> None:
+    exe = shutil.which("lint-imports") or (Path(sys.executable).parent / "lint-imports")
+    if not Path(exe).exists():
+        pytest.skip("import-linter is not installed (pip install -e '.[dev]')")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([str(exe), "--no-cache", "--no-logo"], capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "0 broken" in res.stdout
