@@ -51,15 +51,6 @@ def demo_steps(
     ]
 
 
-def _run_step(app: typer.Typer, args: list[str]) -> int | None:
-    """Run one ``spatialiq`` command in-process; its exit code (the command group has printed its error)."""
-    try:
-        return app(args, standalone_mode=False)  # returns a typer.Exit's code instead of raising it
-    except typer.TyperException as exc:  # a usage error (click's ClickException) of the step's arguments
-        exc.show()  # type: ignore[attr-defined]
-        return exc.exit_code  # type: ignore[attr-defined]
-
-
 def demo(
     ctx: typer.Context,
     out: Path = typer.Option(Path("demo"), "--out", help="Folder for everything the demo writes."),
@@ -82,7 +73,8 @@ def demo(
     cot`` every step runs the same way, but the tiny model does not learn the 400-token CoT
     template in a CPU budget, so RL sees reward 0 and dynamic sampling drops every group.
     """
-    from spatialiq_train.cli import VERBOSE_KEY, app
+    from spatialiq_train.cli import VERBOSE_KEY
+    from spatialiq_train.cli.steps import run_step
     from spatialiq_train.errors import UserError
     from spatialiq_train.recipes import load_recipe
 
@@ -93,11 +85,11 @@ def demo(
     load_recipe(recipe)  # a missing or invalid recipe (or a directory) stops the demo before any work
     steps = demo_steps(out, structures, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe,
                        kind)
-    verbose = ["--verbose"] if ctx.meta.get(VERBOSE_KEY) else []
+    verbose = bool(ctx.meta.get(VERBOSE_KEY))
     for n, args in enumerate(steps, 1):
         typer.secho(f"[{n}/{len(steps)}] spatialiq {shlex.join(args)}", bold=True)
-        rc = _run_step(app, [*verbose, *args])
-        if rc not in (0, None):
+        rc = run_step(args, verbose)
+        if rc:
             raise UserError(f"demo step {n} failed (exit {rc}, its error is above): spatialiq {shlex.join(args)}",
                             exit_code=rc)
     typer.secho(f"Done. Report: {out / 'eval' / 'report' / 'report.md'}; release: {out / 'release'}", bold=True)

@@ -60,20 +60,6 @@ def list_cmd(sweep_dir: Path = SWEEP_ARG) -> None:
         typer.echo(v.name)
 
 
-def run_step(args: list[str]) -> int:
-    """Run one `spatialiq` command in this process; its exit status."""
-    from spatialiq_train.cli import app
-
-    try:
-        rc = app(args, standalone_mode=False)  # returns a typer.Exit's code instead of raising it
-    except Exception as exc:  # click usage errors carry their exit code
-        rc = getattr(exc, "exit_code", None)
-        if rc is None:
-            raise
-        typer.echo(str(exc), err=True)
-    return int(rc or 0)
-
-
 @sweep_app.command("run")
 def run(
     sweep_dir: Path = SWEEP_ARG,
@@ -82,6 +68,8 @@ def run(
     """Train, sample and score every variant in turn on this machine; finished variants are skipped, an
     interrupted one resumes (each step resumes)."""
     from lab.sweep import load_sweep, mark_done, variant_steps
+    from spatialiq_train.cli.steps import run_step
+    from spatialiq_train.errors import UserError
 
     sweep = load_sweep(sweep_dir)
     variants = [sweep.variant(only)] if only else sweep.variants
@@ -94,9 +82,8 @@ def run(
             typer.secho(f"[{i}/{len(variants)}] {variant.name}: spatialiq {shlex.join(args)}", bold=True)
             rc = run_step(args)
             if rc:
-                typer.echo(f"error: variant {variant.name} failed (exit {rc}) at: spatialiq {shlex.join(args)}; "
-                           "rerun `spatialiq sweep run` to resume it", err=True)
-                raise typer.Exit(rc)
+                raise UserError(f"variant {variant.name} failed (exit {rc}, its error is above) at: spatialiq "
+                                f"{shlex.join(args)}; rerun `spatialiq sweep run` to resume it", exit_code=rc)
         mark_done(sweep, variant, steps)
     typer.echo(f"{sweep_dir}: {sum(sweep.is_done(v) for v in sweep.variants)}/{len(sweep.variants)} variants finished")
 
