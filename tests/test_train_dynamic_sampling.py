@@ -12,6 +12,13 @@ from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spatialiq_train.train.distributed import (
+    disjoint_capacity,
+    refill_indices,
+    refill_order,
+    state_digest,
+    sum_over_ranks,
+)
 from spatialiq_train.train.dynamic_sampling import filter_groups, merge_outputs, select_rows
 
 one_thread()
@@ -39,6 +46,49 @@ def test_filter_groups_matches_definition(groups: list[list[float]]) -> None:
         scored = {r for r in g if not np.isnan(r)}
         assert bool(mask[3 * i]) == (len(scored) >= 2)
         assert len(set(mask[3 * i : 3 * i + 3].tolist())) == 1
+
+
+@given(n_rows=st.integers(1, 40), n_groups=st.integers(1, 4), world=st.integers(1, 4), rounds=st.integers(1, 3),
+       seed=st.integers(0, 2**31), step=st.integers(0, 10**6), gen=st.integers(0, 3))
+def test_refill_draws_are_disjoint_over_ranks_and_rounds(n_rows: int, n_groups: int, world: int, rounds: int,
+                                                         seed: int, step: int, gen: int) -> None:
+    kw = {"seed": seed, "step": step, "generation": gen}
+    draws = [refill_indices(n_rows, n_groups, round_=r, rank=k, world=world, **kw)
+             for r in range(rounds) for k in range(world)]
+    flat = [i for d in draws for i in d]
+    assert all(len(d) == n_groups for d in draws) and all(0 <= i < n_rows for i in flat)
+    if rounds <= disjoint_capacity(n_rows, n_groups, world):
+        assert len(set(flat)) == len(flat)  # no prompt drawn twice: not by two ranks, not in two rounds
+    else:  # the order wraps only after listing every row once
+        assert set(flat[:n_rows]) == set(range(min(n_rows, len(flat))))
+    # every rank computes the same order on its own: its slice is rank k's part of one shared sequence
+    order = refill_order(n_rows, rounds * world * n_groups, seed, step, gen)
+    assert flat == order[: len(flat)].tolist()
+    assert draws == [refill_indices(n_rows, n_groups, round_=r, rank=k, world=world, **kw)
+                     for r in range(rounds) for k in range(world)]  # deterministic
+
+
+def test_refill_order_depends_on_seed_step_and_generation() -> None:
+    base = refill_order(50, 50, seed=0, step=3).tolist()
+    assert sorted(base) == list(range(50))
+    assert base != refill_order(50, 50, seed=1, step=3).tolist()
+    assert base != refill_order(50, 50, seed=0, step=4).tolist()
+    assert base != refill_order(50, 50, seed=0, step=3, generation=1).tolist()
+    with pytest.raises(ValueError, match="empty dataset"):
+        refill_order(0, 4, seed=0, step=0)
+    with pytest.raises(ValueError, match="rank 2 is not in a world of 2"):
+        refill_indices(10, 2, seed=0, step=0, round_=0, rank=2, world=2)
+
+
+def test_sum_over_ranks_single_process_and_state_digest() -> None:
+    class One:
+        num_processes = 1
+
+    assert sum_over_ranks(One(), [1, 2.5]) == [1.0, 2.5]
+    a = {"w": torch.arange(6, dtype=torch.float32).view(2, 3), "b": torch.zeros(2)}
+    assert state_digest(a) == state_digest({"b": torch.zeros(2), "w": torch.arange(6.0).view(2, 3)})
+    assert state_digest(a) != state_digest({**a, "b": torch.tensor([0.0, 1e-30])})
+    assert state_digest(a) != state_digest({**a, "w": a["w"].view(3, 2)})
 
 
 def _fake_output(prompt_len: int, comp_len: int, n: int, base: int) -> dict:
@@ -118,6 +168,8 @@ def test_trainer_drops_zero_variance_group_and_refills(ds_env, tmp_path: Path) -
     assert m["dynamic_sampling/dropped_groups"] == [1.0]
     assert m["dynamic_sampling/refill_rounds"] == [1.0]
     assert m["dynamic_sampling/kept_groups"] == [2.0] and m["dynamic_sampling/filler_groups"] == [0.0]
+    (entry,) = trainer.refill_log
+    assert entry["drawn"] == [refill_indices(len(odd), 2, seed=0, step=0, round_=0, rank=0, world=1)]
     assert out["completion_ids"].shape[0] == 2 * G and len(out["num_images"]) == 2 * G
     assert (out["advantages"].abs() > 0.5).all()  # only varying groups: +-1 after group scaling
     assert int(out["num_items_in_batch"]) == int(out["completion_mask"].sum())

@@ -6,9 +6,13 @@ scores a batch with the parent implementation, keeps the groups that `filter_gro
 for freshly drawn prompts until the batch is full or `max_refill_rounds` extra rounds were spent (verl's
 `max_num_gen_batches`). Slots still empty after the cap are filled with dropped groups whose loss mask is zeroed,
 so they carry no gradient and do not enter the normaliser. It also wraps `_calculate_rewards` only to read the
-per-function rewards that decide the filter. Counts are logged as `dynamic_sampling/*`.
+per-function rewards that decide the filter.
 
-Each process filters and refills its own groups, so the per-device generation batch must hold whole groups.
+Under data parallelism each process filters and refills its own groups (so the per-device generation batch must
+hold whole groups), all processes run the same number of rounds (the parent's collectives stay in step), each
+draws its refill prompts from its own disjoint slice of one refill order (`distributed.refill_indices`,
+deterministic from the seed, the global step and the round), and the `dynamic_sampling/*` group counts are summed
+over processes before they are logged; `refill_rounds` is the same on every process.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from spatialiq_train.train.distributed import refill_indices, sum_over_ranks
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +147,7 @@ def build_dynamic_sampling_trainer_class() -> type:
             dynamic_sampling: bool = True,
             max_refill_rounds: int = 10,
             filter_reward_mask: Sequence[bool] | None = None,
-            refill_rng: np.random.Generator | None = None,
+            refill_seed: int | None = None,
             **kwargs: Any,
         ) -> None:
             super().__init__(*args, **kwargs)
@@ -151,8 +157,9 @@ def build_dynamic_sampling_trainer_class() -> type:
             self.filter_reward_mask = list(filter_reward_mask) if filter_reward_mask is not None else [True] * n_funcs
             if len(self.filter_reward_mask) != n_funcs:
                 raise ValueError(f"filter_reward_mask has {len(self.filter_reward_mask)} entries for {n_funcs} rewards")
-            seed = self.args.seed + 1000 * self.accelerator.process_index
-            self.refill_rng = refill_rng if refill_rng is not None else np.random.default_rng(seed)
+            self.refill_seed = self.args.seed if refill_seed is None else refill_seed
+            self.refill_log: list[dict[str, Any]] = []  # this rank's draws and local counts, one entry per batch
+            self._generation_key = (-1, -1)  # (global step, generation within the step) of the last batch
             self._last_rewards_per_func: Any = None
             local = self.args.per_device_train_batch_size * self.args.steps_per_generation
             if dynamic_sampling and local % self.num_generations:
@@ -175,18 +182,42 @@ def build_dynamic_sampling_trainer_class() -> type:
             start = self.accelerator.process_index * n_local
             return total[start : start + n_local].detach().cpu().numpy()
 
-        def _draw_refill(self, n_groups: int) -> list[dict[str, Any]]:
-            n = len(self.train_dataset)
-            idx = self.refill_rng.choice(n, size=n_groups, replace=n_groups > n)
-            rows = [self.train_dataset[int(i)] for i in idx]
-            return [row for row in rows for _ in range(self.num_generations)]
+        def _next_generation_key(self) -> tuple[int, int]:
+            """(global step, index of this generation within the step): the same on every rank, restored on resume."""
+            step, gen = self._generation_key
+            now = int(self.state.global_step)
+            self._generation_key = (now, gen + 1 if step == now else 0)
+            return self._generation_key
+
+        def _draw_refill(self, n_groups: int, key: tuple[int, int], round_: int) -> tuple[list[int], list[Any]]:
+            """This rank's disjoint share of the refill order for `key` (distributed.refill_indices)."""
+            acc = self.accelerator
+            idx = refill_indices(len(self.train_dataset), n_groups, seed=self.refill_seed, step=key[0],
+                                 generation=key[1], round_=round_, rank=acc.process_index, world=acc.num_processes)
+            rows = [self.train_dataset[i] for i in idx]
+            return idx, [row for row in rows for _ in range(self.num_generations)]
+
+        def _log_counts(self, key: tuple[int, int], local: dict[str, float], drawn: list[list[int]]) -> None:
+            """Record this rank's counts and draws; log the counts summed over ranks (`rounds` is already global)."""
+            names = ("kept_groups", "dropped_groups", "filler_groups")
+            total = sum_over_ranks(self.accelerator, [local[n] for n in names])
+            metrics = self._metrics["train"]
+            for name, value in zip(names, total, strict=True):
+                metrics[f"dynamic_sampling/{name}"].append(value)
+            metrics["dynamic_sampling/refill_rounds"].append(local["refill_rounds"])
+            entry = {"step": key[0], "generation": key[1], "rank": self.accelerator.process_index, **local,
+                     "drawn": drawn}
+            self.refill_log.append(entry)
+            log.debug("dynamic sampling: %s", entry)
 
         def _generate_and_score_completions(self, inputs):  # noqa: ANN001, ANN202
             if not (self.dynamic_sampling and self.model.training):
                 return super()._generate_and_score_completions(inputs)
             g = self.num_generations
             target = len(inputs) // g
+            key = self._next_generation_key()
             kept: list[dict[str, Any]] = []
+            drawn: list[list[int]] = []
             n_kept = n_dropped = rounds = 0
             batch, last, last_mask = inputs, None, None
             while True:
@@ -201,8 +232,9 @@ def build_dynamic_sampling_trainer_class() -> type:
                 need = torch.tensor([max(0, target - n_kept)], device=self.accelerator.device)
                 if self.accelerator.gather(need).max().item() == 0 or rounds >= self.max_refill_rounds:
                     break
+                idx, batch = self._draw_refill(target, key, rounds)
+                drawn.append(idx)
                 rounds += 1
-                batch = self._draw_refill(target)
             n_filler = target - n_kept
             if n_filler:
                 filler = select_rows(last, np.flatnonzero(~last_mask)[: n_filler * g])
@@ -213,11 +245,9 @@ def build_dynamic_sampling_trainer_class() -> type:
             if merged.get("tool_mask") is not None:
                 loss_mask = loss_mask * merged["tool_mask"]
             merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-            metrics = self._metrics["train"]
-            metrics["dynamic_sampling/kept_groups"].append(float(n_kept))
-            metrics["dynamic_sampling/dropped_groups"].append(float(n_dropped))
-            metrics["dynamic_sampling/refill_rounds"].append(float(rounds))
-            metrics["dynamic_sampling/filler_groups"].append(float(n_filler))
+            local = {"kept_groups": float(n_kept), "dropped_groups": float(n_dropped),
+                     "filler_groups": float(n_filler), "refill_rounds": float(rounds)}
+            self._log_counts(key, local, drawn)
             return unsplit_pixel_values_by_grid(merged)
 
     return DynamicSamplingGRPOTrainer

@@ -22,3 +22,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.gpu)
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """The tiny model with vLLM-sized heads, bfloat16 (tests/gpu/_gpu_support.py)."""
+    from _gpu_support import save_vllm_tiny
+
+    return save_vllm_tiny(tmp_path_factory.mktemp("vllm-tiny") / "model")

@@ -1,0 +1,95 @@
+"""Data parallelism helpers: which prompts each rank draws for a dynamic-sampling refill, counters summed over
+ranks, and a digest of a model's weights (to check that ranks stay in step).
+
+Refill draws are pure functions of (seed, step, generation, round, rank, world size): every rank computes the same
+refill order for a generation and takes its own slice of it, so no two ranks (and no two rounds of the same
+generation) draw the same prompt until the order has used up the whole dataset. Nothing here talks to other
+processes except `sum_over_ranks`, which all-reduces through accelerate when there is more than one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+REFILL_STREAM = 0x5EF111
+"""Mixed into the refill seed so refill orders do not coincide with other generators seeded from `run.seed`."""
+
+
+def refill_order(n_rows: int, length: int, seed: int, step: int, generation: int = 0) -> np.ndarray:
+    """At least `length` dataset row indices in a deterministic order for one generation of one step.
+
+    Whole permutations of `range(n_rows)` are concatenated, so an index repeats only after every row was listed.
+    """
+    if n_rows < 1:
+        raise ValueError(f"cannot draw refill prompts from an empty dataset (n_rows={n_rows})")
+    if min(length, seed, step, generation) < 0:
+        raise ValueError(f"length, seed, step and generation must be >= 0 (got {length}, {seed}, {step}, {generation})")
+    rng = np.random.default_rng([REFILL_STREAM, seed, step, generation])
+    reps = max(1, -(-length // n_rows))
+    return np.concatenate([rng.permutation(n_rows) for _ in range(reps)])
+
+
+def refill_slot(round_: int, rank: int, world: int) -> int:
+    """Position of (round, rank) in a generation's refill order, in units of one rank's draw."""
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is not in a world of {world} processes")
+    if round_ < 0:
+        raise ValueError(f"refill round must be >= 0 (got {round_})")
+    return round_ * world + rank
+
+
+def refill_indices(
+    n_rows: int, n_groups: int, *, seed: int, step: int, round_: int, rank: int, world: int, generation: int = 0
+) -> list[int]:
+    """The `n_groups` dataset rows that `rank` of `world` draws in refill round `round_` (0-based).
+
+    Rank r takes slice `round_ * world + r` of the generation's refill order: disjoint from every other rank's
+    and from its own earlier rounds while `(round_ + 1) * world * n_groups <= n_rows`.
+    """
+    if n_groups < 0:
+        raise ValueError(f"n_groups must be >= 0 (got {n_groups})")
+    start = refill_slot(round_, rank, world) * n_groups
+    order = refill_order(n_rows, start + n_groups, seed, step, generation)
+    return [int(i) for i in order[start : start + n_groups]]
+
+
+def disjoint_capacity(n_rows: int, n_groups: int, world: int) -> int:
+    """How many refill rounds per generation stay free of repeated prompts across all ranks."""
+    per_round = n_groups * world
+    return n_rows // per_round if per_round else 0
+
+
+def sum_over_ranks(accelerator: Any, values: Sequence[float]) -> list[float]:
+    """`values` summed element-wise over all processes (all-reduce); unchanged with one process.
+
+    Every process must call this with the same number of values at the same point (it is a collective).
+    """
+    vals = [float(v) for v in values]
+    if getattr(accelerator, "num_processes", 1) <= 1:
+        return vals
+    import torch
+
+    local = torch.tensor(vals, dtype=torch.float64, device=accelerator.device)
+    return [float(v) for v in accelerator.reduce(local, reduction="sum").tolist()]
+
+
+def state_digest(state: dict[str, Any]) -> str:
+    """SHA-256 over a state dict's names, shapes, dtypes and bytes (names sorted)."""
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def model_digest(model: Any) -> str:
+    """`state_digest` of an (unwrapped) model's parameters and buffers."""
+    return state_digest(dict(model.state_dict()))

@@ -1,0 +1,140 @@
+"""Two data-parallel processes on the CPU (`accelerate launch`, DDP over gloo): SFT, export, then RL with dynamic
+sampling on the tiny model. Both ranks end with identical weights, refills never draw a prompt on both ranks, and
+the logged dynamic_sampling/* counts are the sums over ranks. Also: bench/gpu_check.sh's CPU mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _train_support import REPO, tiny_model_dir, write_traces
+
+from spatialiq_train.train.logging import read_metrics
+
+WORKER = REPO / "tests" / "_multiproc_worker.py"
+ACCELERATE_CONFIG = REPO / "recipes" / "accelerate" / "ddp_2cpu.yaml"
+COUNTS = ("kept_groups", "dropped_groups", "filler_groups")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict], float]:
+    if shutil.which("accelerate") is None and not (Path(sys.executable).parent / "accelerate").exists():
+        pytest.skip("accelerate is not installed (pip install -e '.[train]')")
+    root = tmp_path_factory.mktemp("mp")
+    rng = np.random.default_rng(3)
+    write_traces(root, "warmup", 8, rng, answer=lambda i: i % 10)
+    write_traces(root, "rl", 16, rng, answer=lambda i: i)  # only i % 4 == 1 varies under the worker's reward
+    out = root / "out"
+    out.mkdir()
+    launcher = str(Path(sys.executable).parent / "accelerate")
+    cmd = [launcher if os.path.exists(launcher) else "accelerate", "launch", "--config_file", str(ACCELERATE_CONFIG),
+           "--main_process_port", str(_free_port()), str(WORKER),
+           "--model", tiny_model_dir(), "--data", str(root), "--out", str(out)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600, cwd=REPO)
+    wall = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    print(f"two-process SFT+RL wall time: {wall:.1f} s")
+    return out, reports, wall
+
+
+@pytest.mark.slow
+def test_two_ranks_train_in_step(two_ranks) -> None:  # noqa: ANN001
+    from spatialiq_train.train.distributed import model_digest
+
+    out, reports, _ = two_ranks
+    assert [r["world"] for r in reports] == [2, 2] and [r["rank"] for r in reports] == [0, 1]
+    assert all(r["distributed_type"] == "DistributedType.MULTI_CPU" for r in reports)
+    assert reports[0]["sft_digest"] == reports[1]["sft_digest"]
+    assert reports[0]["rl_digest"] == reports[1]["rl_digest"]
+    from transformers import AutoModelForImageTextToText
+
+    base = model_digest(AutoModelForImageTextToText.from_pretrained(tiny_model_dir()))
+    exported = model_digest(AutoModelForImageTextToText.from_pretrained(out / "sft" / "final"))
+    assert len({base, exported, reports[0]["rl_digest"]}) == 3  # both phases moved the weights
+    assert [r["step"] for r in read_metrics(out / "sft" / "metrics.jsonl")] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_refills_are_disjoint_across_ranks(two_ranks) -> None:  # noqa: ANN001
+    _, reports, _ = two_ranks
+    logs = [r["refill_log"] for r in reports]
+    assert len(logs[0]) == len(logs[1]) == 2  # one generation per RL step
+    n_rounds = 0
+    for e0, e1 in zip(*logs, strict=True):
+        assert (e0["step"], e0["generation"]) == (e1["step"], e1["generation"])
+        assert e0["refill_rounds"] == e1["refill_rounds"] == len(e0["drawn"]) == len(e1["drawn"])
+        drawn0 = [i for d in e0["drawn"] for i in d]
+        drawn1 = [i for d in e1["drawn"] for i in d]
+        assert not set(drawn0) & set(drawn1), (drawn0, drawn1)  # no prompt on both ranks in a generation
+        assert len(set(drawn0)) == len(drawn0) and len(set(drawn1)) == len(drawn1)
+        n_rounds += len(e0["drawn"])
+    assert n_rounds >= 1  # three quarters of the prompts give constant rewards: refills must have happened
+
+
+@pytest.mark.slow
+def test_logged_counts_are_sums_over_ranks(two_ranks) -> None:  # noqa: ANN001
+    out, reports, _ = two_ranks
+    rows = read_metrics(out / "rl" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    for row, e0, e1 in zip(rows, *[r["refill_log"] for r in reports], strict=True):
+        assert e0["step"] == row["step"] - 1
+        for name in COUNTS:
+            assert row[f"dynamic_sampling/{name}"] == e0[name] + e1[name], name
+        assert row["dynamic_sampling/refill_rounds"] == e0["refill_rounds"]
+        assert e0["kept_groups"] + e0["filler_groups"] == 2  # each rank filled its own two groups
+    assert any(e["dropped_groups"] > 0 for r in reports for e in r["refill_log"])
+
+
+@pytest.mark.slow
+def test_two_process_run_is_quick(two_ranks) -> None:  # noqa: ANN001
+    _, _, wall = two_ranks
+    assert wall < 180, f"two-process SFT+RL took {wall:.0f} s (budget ~2 minutes on 2 cores)"
+
+
+GPU_STAGES = ("mitsuba-cuda", "vllm-sample", "grpo-vllm", "sft-zero3", "train-7b")
+
+
+@pytest.mark.slow
+def test_gpu_check_cpu_mode_skips_every_gpu_stage_with_a_reason(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible: bench/gpu_check.sh would run its GPU stages for real")
+    proc = subprocess.run(["bash", str(REPO / "bench" / "gpu_check.sh"), "--run-pytest", "--out", str(tmp_path)],
+                          env={**_env(), "PYTHON": sys.executable}, capture_output=True, text=True, timeout=300,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = [line.split(None, 3) for line in proc.stdout.splitlines() if line[:1].strip()]  # not the figures
+    rows = {r[0]: r[1:] for r in table if r[0] in {*GPU_STAGES, "gpu-tests-collect", "train-plan"}}
+    assert rows["gpu-tests-collect"][0] == "PASS" and rows["train-plan"][0] == "PASS"
+    for stage in GPU_STAGES:
+        status, _, reason = rows[stage]
+        assert status == "SKIP" and "no CUDA GPU" in reason, (stage, rows[stage])
+    plan = json.loads((tmp_path / "train_plan.json").read_text())
+    assert 8.0e9 < plan["parameters"] < 8.6e9  # Qwen2.5-VL-7B: 8.29 B with the vision tower
+    assert (plan["image_tokens"], plan["rl_completion_tokens"]) == (256, 1024)
+    if shutil.which("shellcheck"):
+        lint = subprocess.run(["shellcheck", str(REPO / "bench" / "gpu_check.sh")], capture_output=True, text=True)
+        assert lint.returncode == 0, lint.stdout
