@@ -18,7 +18,7 @@ Scene = View
 __all__ = ["PARTITION_SPLITS", "SPLIT_DIRS", "Scene", "find_scenes"]
 
 PARTITION_SPLITS: dict[str, str] = {"val": "trainval", "warmup": "dapo", "rl": "dapo"}
-"""Partitions of the train split a ``split`` argument may name, to their kind (``data_gen.splits.partition_of``):
+"""Partitions of the train split a ``split`` argument may name, to their kind (``spatialiq_train.splits.partition_of``):
 ``--split rl`` reads the train split's views whose structure falls in the RL partition."""
 
 
@@ -35,7 +35,7 @@ def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene
     kind = PARTITION_SPLITS.get(split or "")
     if kind is None:
         return list(iter_views(data, split, required=SCORED_FIELDS))
-    from data_gen.splits import partition_of
+    from spatialiq_train.splits import partition_of
 
     train = iter_views(data, "train", required=SCORED_FIELDS)
     views = [v for v in train if partition_of(v.structure_id, kind) == split]
