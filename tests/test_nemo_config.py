@@ -261,3 +261,28 @@ def test_envs_data_and_resume_layout():
     assert cfg["policy"]["model_name"] == "/out/sft_hf" == cfg["policy"]["tokenizer"]["name"]
     assert cfg["checkpointing"]["checkpoint_dir"] == "/out/x/nemo_rl/rl/checkpoints"
     assert cfg["checkpointing"]["metric_name"] == "val:accuracy" and cfg["checkpointing"]["save_optimizer"]
+
+
+# --- the command ----------------------------------------------------------------------------------------------
+
+
+def test_cli_writes_checked_yaml_atomically(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    out = tmp_path / "cfg" / "dapo.yaml"
+    res = CliRunner().invoke(app, ["recipes", "nemo-rl", "dapo_tight_32b", "--out", str(out), "--nodes", "8",
+                                   "--gpus-per-node", "4", "--set", "rl.init_from=/ckpt/sft_hf"])
+    assert res.exit_code == 0, res.output
+    cfg = yaml.safe_load(out.read_text())
+    nkeys.check_config(cfg, "grpo")
+    assert cfg["cluster"] == {"gpus_per_node": 4, "num_nodes": 8} and cfg["policy"]["model_name"] == "/ckpt/sft_hf"
+    assert out.read_text().startswith("# NeMo-RL v0.7.0") and [p.name for p in out.parent.iterdir()] == ["dapo.yaml"]
+    res = CliRunner().invoke(app, ["recipes", "nemo-rl", "sft_cot_32b", "--out", str(tmp_path / "s.yaml"),
+                                   "--phase", "sft", "--nodes", "4"])
+    assert res.exit_code == 0 and yaml.safe_load((tmp_path / "s.yaml").read_text())["sft"]["val_period"] == 50
+    res = CliRunner().invoke(app, ["recipes", "nemo-rl", "sft_cot_7b", "--out", str(tmp_path / "b.yaml"),
+                                   "--phase", "sft", "--nodes", "8"])
+    assert res.exit_code == 2 and "--nodes 8" in res.output and not (tmp_path / "b.yaml").exists()

@@ -252,7 +252,7 @@ def _check_batch(global_batch: int, nodes: int, gpus_per_node: int, policy_tp: i
     if global_batch % dp:
         raise ValueError(f"--nodes {nodes} x --gpus-per-node {gpus_per_node} gives {dp} data-parallel policy ranks "
                          f"(tensor parallel {policy_tp}); the {what} global batch {global_batch} must divide "
-                         f"evenly among them: choose nodes so that {dp} divides {global_batch}")
+                         f"evenly among them: choose --nodes so that the rank count divides {global_batch}")
 
 
 def grpo_config(v: NemoValues, nodes: int, gpus_per_node: int, run_dir: str | None = None) -> Built:
