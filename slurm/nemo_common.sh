@@ -97,6 +97,7 @@ siq_ray_job() {
   local phase=$1; shift
   local nodes head cfg="$OUT/nemo_rl/$phase/config.yaml" rc=0
   mapfile -t nodes < <(siq_nodes)
+  if ((${#nodes[@]} == 0)); then echo "error: no nodes in SLURM_JOB_NODELIST=${SLURM_JOB_NODELIST:-}" >&2; return 1; fi
   head=${nodes[0]}
   siq_ctr
   local on_head=(srun --overlap --nodes=1 --ntasks=1 --nodelist="$head" "${SIQ_CTR[@]}")
