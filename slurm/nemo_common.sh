@@ -15,6 +15,8 @@
 #   MOUNTS     container mounts, default PROJECT, DATA and OUT at the same paths (comma-separated src:dst)
 #   PYDEPS     optional folder of extra pure-Python packages (pip install --target), put on PYTHONPATH
 #   WANDB_MODE offline (default) or online; HF_HOME, HF_TOKEN, WANDB_API_KEY pass through when set
+#   DEPENDENCY sbatch dependency, default singleton (one job per name at a time); e.g. afterok:123,singleton
+#   EXTRA_SETS extra recipe overrides for the training scripts, space-separated KEY=VALUE (e.g. rl.max_steps=2)
 #   DRY_RUN=1  print every command (sbatch, srun, container, mounts, driver) and exit 0
 #   RAY_PORT (6379), RAY_WAIT_TRIES (60, 5 s apart)
 
@@ -58,7 +60,7 @@ siq_ctr() {
 
 siq_submit() {  # $1: this script's path inside PROJECT
   local args=(--job-name="$JOB_NAME" --nodes="$NODES" --ntasks-per-node=1 --gres="gpu:$GPUS_PER_NODE"
-    --exclusive --time="$TIME" --dependency=singleton --output="$OUT/slurm/%x-%j.log"
+    --exclusive --time="$TIME" --dependency="${DEPENDENCY:-singleton}" --output="$OUT/slurm/%x-%j.log"
     --export="ALL,SIQ_PROJECT=$PROJECT")
   [[ -n ${ACCOUNT:-} ]] && args+=(--account="$ACCOUNT")
   [[ -n ${PARTITION:-} ]] && args+=(--partition="$PARTITION")
@@ -148,6 +150,8 @@ siq_train_job() {
     fi
     sets+=(--set "rl.init_from=$INIT_FROM")
   fi
+  local extra
+  for extra in ${EXTRA_SETS:-}; do sets+=(--set "$extra"); done
   siq_ray_job "$phase" "${sets[@]}"
 }
 

@@ -133,13 +133,14 @@ def test_job_runs_srun_steps_and_returns_the_driver_status(fake_slurm, nodes):
     init = fake_slurm / "sft_hf"
     init.mkdir()
     (init / "config.json").write_text("{}")
-    proc, calls = run("dapo_32b.sh", fake_slurm, nodes, in_job=True, INIT_FROM=str(init), FAKE_DRIVER_RC="3")
+    proc, calls = run("dapo_32b.sh", fake_slurm, nodes, in_job=True, INIT_FROM=str(init), FAKE_DRIVER_RC="3",
+                      EXTRA_SETS="rl.max_steps=2 logging.save_steps=1")
     assert proc.returncode == 3 and "dynamic-sampling cap" in proc.stderr
     assert all(c[0] == "srun" for c in calls)
     check_job_plan([c for c in calls if "python" not in c or "-c" not in c], fake_slurm, nodes,
                    "dapo_tight_32b", "rl", "cot")
     gen = next(c for c in calls if "nemo-rl" in c)
-    assert f"rl.init_from={init}" in gen
+    assert f"rl.init_from={init}" in gen and gen[-4:] == ["--set", "rl.max_steps=2", "--set", "logging.save_steps=1"]
     assert calls[-1][-4:] == ["nemo", "rl", "--config", f"{fake_slurm}/out/nemo_rl/rl/config.yaml"]
 
 
@@ -149,8 +150,9 @@ def test_rl_refuses_a_missing_warm_up_checkpoint(fake_slurm):
 
 
 def test_login_node_submits_once(fake_slurm):
-    proc, calls = run("sft_cot_32b.sh", fake_slurm, 4, in_job=False)
+    proc, calls = run("sft_cot_32b.sh", fake_slurm, 4, in_job=False, DEPENDENCY="afterok:11,singleton")
     assert proc.returncode == 0, proc.stderr
+    assert opt(calls[0], "--dependency") == "afterok:11,singleton"
     assert len(calls) == 1 and calls[0][0] == "sbatch" and calls[0][-1] == str(SLURM / "sft_cot_32b.sh")
     assert (fake_slurm / "out" / "slurm").is_dir()
 
