@@ -19,7 +19,7 @@ siq_defaults
 convert_job() {
   local run="$OUT/nemo_rl/$PHASE"
   local ckpt=${CKPT:-$(siq_newest_step "$run/checkpoints")}
-  siq_step python -m spatialiq_train nemo convert --checkpoint "$ckpt" --out "${HF_OUT:-$run/hf}" --recipe "$RECIPE"
+  siq_step python -m spatialiq_train.cli nemo convert --checkpoint "$ckpt" --out "${HF_OUT:-$run/hf}" --recipe "$RECIPE"
 }
 
 siq_main "$PROJECT/slurm/convert.sh" convert_job

@@ -21,9 +21,9 @@ siq_defaults
 
 eval_job() {
   local dir="$OUT/eval/$NAME"
-  siq_step python3 -m spatialiq_train eval sample --engine vllm --tensor-parallel-size "$TP" --model "$MODEL" \
+  siq_step python3 -m spatialiq_train.cli eval sample --engine vllm --tensor-parallel-size "$TP" --model "$MODEL" \
     --data "$BENCH" --split "$SPLIT" --k "$K" --out "$dir/completions.jsonl"
-  siq_step python3 -m spatialiq_train eval score --completions "$dir/completions.jsonl" --data "$BENCH" \
+  siq_step python3 -m spatialiq_train.cli eval score --completions "$dir/completions.jsonl" --data "$BENCH" \
     --split "$SPLIT" --out "$dir" --name "$NAME"
 }
 

@@ -105,7 +105,7 @@ siq_ray_job() {
   local on_head=(srun --overlap --nodes=1 --ntasks=1 --nodelist="$head" "${SIQ_CTR[@]}")
   local ray_opts=(--num-gpus="$GPUS_PER_NODE" --disable-usage-stats --min-worker-port=2000 --max-worker-port=2999
     --block)
-  siq_run "${on_head[@]}" python -m spatialiq_train recipes nemo-rl "$RECIPE" --phase "$phase" --out "$cfg" \
+  siq_run "${on_head[@]}" python -m spatialiq_train.cli recipes nemo-rl "$RECIPE" --phase "$phase" --out "$cfg" \
     --nodes "${#nodes[@]}" --gpus-per-node "$GPUS_PER_NODE" "$@"
   siq_run --bg srun --overlap --nodes=1 --ntasks=1 --nodelist="$head" --gres="gpu:$GPUS_PER_NODE" "${SIQ_CTR[@]}" \
     ray start --head --port="$RAY_PORT" --include-dashboard=false "${ray_opts[@]}"
@@ -116,7 +116,7 @@ siq_ray_job() {
     siq_wait_ray "$head" "${#nodes[@]}"
   fi
   export RAY_ADDRESS="$head:$RAY_PORT"
-  siq_run "${on_head[@]}" python -m spatialiq_train nemo "$phase" --config "$cfg" || rc=$?
+  siq_run "${on_head[@]}" python -m spatialiq_train.cli nemo "$phase" --config "$cfg" || rc=$?
   [[ $DRY_RUN == 1 ]] || jobs -p | xargs -r kill 2>/dev/null || true
   if ((rc == SIQ_EXIT_DYNAMIC_SAMPLING_CAP)); then
     echo "stopped at the dynamic-sampling cap (exit $rc): resubmitting would stop again; see docs/cluster.md" >&2

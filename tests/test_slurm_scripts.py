@@ -20,8 +20,13 @@ TRAINING = {  # script -> (recipe, phase, traces kind)
     "sft_plain_32b.sh": ("sft_plain_32b", "sft", "plain"),
 }
 FAKE_SRUN = """#!/usr/bin/env bash
+# Like Ray, a readiness probe succeeds only once the `ray start` steps it waits for have begun (1: head, 2: workers).
+case "$*" in *"ray.nodes()"*)
+  want=2; [[ "$*" == *"< 1)"* ]] && want=1
+  for _ in $(seq 100); do (( $(grep -c 'ray start' "$FAKE_LOG" 2>/dev/null) >= want )) && break; sleep 0.05; done;;
+esac
 printf 'srun %s\\n' "$(printf '%q ' "$@")" >> "$FAKE_LOG"
-case "$*" in *"spatialiq_train nemo "*) exit "${FAKE_DRIVER_RC:-0}";; esac
+case "$*" in *"spatialiq_train.cli nemo "*) exit "${FAKE_DRIVER_RC:-0}";; esac
 exit 0
 """
 FAKE_SBATCH = """#!/usr/bin/env bash
@@ -90,7 +95,7 @@ def check_job_plan(cmds: list[list[str]], tmp: Path, nodes: int, recipe: str, ph
     else:
         assert len(workers) == 1 and opt(workers[0], "--nodes") == str(nodes - 1)
         assert opt(workers[0], "--ntasks-per-node") == "1" and opt(workers[0], "--gres") == "gpu:4"
-    drivers = [c for c in sruns if c[-5:] == ["spatialiq_train", "nemo", phase, "--config", cfg]]
+    drivers = [c for c in sruns if c[-5:] == ["spatialiq_train.cli", "nemo", phase, "--config", cfg]]
     assert len(drivers) == 1 and opt(drivers[0], "--nodes") == "1" and opt(drivers[0], "--ntasks") == "1"
     assert drivers[0][drivers[0].index("-m") - 1] == "python"  # the container's interpreter, project on PYTHONPATH
     head_node = opt(heads[0], "--nodelist")
@@ -142,6 +147,8 @@ def test_job_runs_srun_steps_and_returns_the_driver_status(fake_slurm, nodes):
     gen = next(c for c in calls if "nemo-rl" in c)
     assert f"rl.init_from={init}" in gen and gen[-4:] == ["--set", "rl.max_steps=2", "--set", "logging.save_steps=1"]
     assert calls[-1][-4:] == ["nemo", "rl", "--config", f"{fake_slurm}/out/nemo_rl/rl/config.yaml"]
+    starts = [i for i, c in enumerate(calls) if "ray" in c and "start" in c]
+    assert len(starts) == (1 if nodes == 1 else 2) and max(starts) < len(calls) - 1  # Ray is up before the driver
 
 
 def test_rl_refuses_a_missing_warm_up_checkpoint(fake_slurm):
@@ -161,7 +168,7 @@ def test_eval_and_convert(fake_slurm):
     proc, _ = run("eval.sh", fake_slurm, 1, in_job=True, DRY_RUN="1", MODEL=str(fake_slurm / "hf"))
     assert proc.returncode == 0, proc.stderr
     sample, score = plan(proc.stdout)
-    assert sample[sample.index("sample") - 2:sample.index("sample")] == ["spatialiq_train", "eval"]
+    assert sample[sample.index("sample") - 2:sample.index("sample")] == ["spatialiq_train.cli", "eval"]
     assert opt(sample, "--container-mounts").endswith(f"{fake_slurm}/hf:{fake_slurm}/hf")
     assert sample[sample.index("--engine") + 1] == "vllm" and sample[sample.index("--tensor-parallel-size") + 1] == "4"
     assert "score" in score and score[score.index("--completions") + 1] == sample[sample.index("--out") + 1]
@@ -171,7 +178,7 @@ def test_eval_and_convert(fake_slurm):
     proc, _ = run("convert.sh", fake_slurm, 1, in_job=True, DRY_RUN="1", RECIPE="dapo_tight_32b", PHASE="sft")
     assert proc.returncode == 0, proc.stderr
     (cmd,) = plan(proc.stdout)
-    assert cmd[cmd.index("-m") + 1:] == ["spatialiq_train", "nemo", "convert", "--checkpoint", f"{ckpts}/step_100",
+    assert cmd[cmd.index("-m") + 1:] == ["spatialiq_train.cli", "nemo", "convert", "--checkpoint", f"{ckpts}/step_100",
                                          "--out", f"{fake_slurm}/out/nemo_rl/sft/hf", "--recipe", "dapo_tight_32b"]
     assert opt(cmd, "--container-image") == IMAGE
     proc, _ = run("convert.sh", fake_slurm, 1, in_job=False, DRY_RUN="1")

@@ -100,7 +100,7 @@ def nemo_rl_cmd(
     """Write the complete NeMo-RL v0.7.0 config for a recipe, checked against NeMo-RL's key list."""
     from spatialiq_train.nemo.export import write_nemo_config
 
-    built = write_nemo_config(_load(recipe, overrides), out, phase=phase, nodes=nodes,  # type: ignore[arg-type]
+    built = write_nemo_config(load_checked(recipe, overrides), out, phase=phase, nodes=nodes,  # type: ignore[arg-type]
                               gpus_per_node=gpus_per_node, source=str(recipe))
     for note in built.notes:
         typer.echo(f"note: {note}", err=True)

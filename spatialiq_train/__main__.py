@@ -1,6 +1,0 @@
-"""`python -m spatialiq_train ...` is `spatialiq ...` (used where the console script is not installed, e.g. in the
-NeMo-RL container, where the project is on PYTHONPATH through the mounts)."""
-
-from spatialiq_train.cli import main
-
-main()
