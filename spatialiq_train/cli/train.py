@@ -1,4 +1,4 @@
-"""`spatialiq` commands for the train area: `train sft`, `train rl`, `run dapo-tight`, `recipes validate|show`.
+"""`spatialiq` commands for the train area: `train sft`, `train rl`, `run dapo-tight`, `recipes validate|show|nemo-rl`.
 
 Trailing KEY.PATH=VALUE arguments override recipe keys (values parsed with yaml.safe_load), e.g.
 `spatialiq train rl --recipe recipes/dapo_tight_7b.yaml rl.learning_rate=1e-6 rl.init_from=runs/sft_cot/final`.
@@ -89,6 +89,24 @@ def show_cmd(recipe: Path = typer.Argument(..., help="Recipe YAML."), overrides:
     typer.echo(recipe_to_yaml(load_checked(recipe, overrides)), nl=False)
 
 
+def nemo_rl_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe YAML or shipped recipe name."),
+    out: Path = typer.Option(..., "--out", "-o", help="NeMo-RL config YAML to write."),
+    nodes: int = typer.Option(1, "--nodes", help="Slurm nodes (cluster.num_nodes)."),
+    gpus_per_node: int = typer.Option(4, "--gpus-per-node", help="GPUs per node (cluster.gpus_per_node)."),
+    phase: str = typer.Option("rl", "--phase", help="rl (GRPO/DAPO) or sft."),
+    overrides: list[str] | None = typer.Option(None, "--set", help="Override KEY.PATH=VALUE (repeatable)."),
+) -> None:
+    """Write the complete NeMo-RL v0.7.0 config for a recipe, checked against NeMo-RL's key list."""
+    from spatialiq_train.nemo.export import write_nemo_config
+
+    built = write_nemo_config(load_checked(recipe, overrides), out, phase=phase, nodes=nodes,  # type: ignore[arg-type]
+                              gpus_per_node=gpus_per_node, source=str(recipe))
+    for note in built.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"wrote {out} (NeMo-RL {built.algorithm} config, {nodes} x {gpus_per_node} GPUs)")
+
+
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root app."""
     train_app = typer.Typer(help="Train Qwen2.5-VL: SFT and GRPO/DAPO with TRL.", no_args_is_help=True)
@@ -99,6 +117,7 @@ def register(app: typer.Typer) -> None:
     recipes_app = typer.Typer(help="Inspect and validate training recipes.", no_args_is_help=True)
     recipes_app.command("validate")(validate_cmd)
     recipes_app.command("show")(show_cmd)
+    recipes_app.command("nemo-rl")(nemo_rl_cmd)
     app.add_typer(train_app, name="train")
     app.add_typer(run_app, name="run")
     app.add_typer(recipes_app, name="recipes")

@@ -1,0 +1,54 @@
+"""`spatialiq recipes nemo-rl`: a recipe -> the complete NeMo-RL YAML, key-checked, written atomically."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from spatialiq_train.nemo.config import Built, Phase, grpo_config, sft_config
+from spatialiq_train.nemo.keys import NemoConfigError, check_config, load_key_set
+from spatialiq_train.nemo.paper import deviations
+from spatialiq_train.nemo.recipe_values import values_from_recipe
+from spatialiq_train.recipes import Recipe
+
+
+def build(recipe: Recipe, phase: Phase, nodes: int, gpus_per_node: int, run_dir: str | None = None,
+          source: str = "<recipe>") -> Built:
+    """The checked config for one phase; bad input raises NemoConfigError naming the recipe and what to change."""
+    if phase not in ("rl", "sft"):
+        raise NemoConfigError(f"--phase {phase!r}: expected rl or sft")
+    if nodes < 1 or gpus_per_node < 1:
+        raise NemoConfigError(f"--nodes {nodes} --gpus-per-node {gpus_per_node}: both must be at least 1")
+    try:
+        values = values_from_recipe(recipe)
+        make = grpo_config if phase == "rl" else sft_config
+        built = make(values, nodes, gpus_per_node, run_dir)
+    except ValueError as exc:
+        raise NemoConfigError(f"{source}: {exc}") from None
+    check_config(built.config, built.algorithm, source=f"NeMo-RL config generated from {source}")
+    if phase == "rl":
+        built.notes.extend(f"differs from the paper's released config: {key} = {got!r} (paper {paper!r})"
+                           for key, got, paper in deviations(built.config))
+    return built
+
+
+def to_yaml(built: Built, source: str) -> str:
+    ks = load_key_set(built.algorithm)
+    head = [f"# NeMo-RL {ks.tag} ({(ks.commit or '?')[:12]}) {built.algorithm} config generated from {source}",
+            "# by `spatialiq recipes nemo-rl`; checked against spatialiq_train/nemo/nemo_rl_keys.json.",
+            "# Regenerate rather than edit: NeMo-RL ignores misspelled keys in YAML silently."]
+    head += [f"# note: {n}" for n in built.notes]
+    return "\n".join(head) + "\n" + yaml.safe_dump(built.config, sort_keys=False, default_flow_style=False)
+
+
+def write_nemo_config(recipe: Recipe, out: Path, *, phase: Phase, nodes: int, gpus_per_node: int,
+                      run_dir: str | None = None, source: str = "<recipe>") -> Built:
+    """Build, check and write `out` (temporary name, then rename)."""
+    built = build(recipe, phase, nodes, gpus_per_node, run_dir, source)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    tmp.write_text(to_yaml(built, source), encoding="utf-8")
+    os.replace(tmp, out)
+    return built
