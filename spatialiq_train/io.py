@@ -67,10 +67,11 @@ def json_error_text(exc: json.JSONDecodeError, where: str) -> str:
     The snippet is the offending line cut to a window around the column with ``<<here>>`` at the error,
     so a mistake in the middle of a long or minified file is shown where it is, not cut off; an error at the
     very end says the text stops early (a file cut short by an interrupted write). One-line text (a JSONL
-    row, whose ``where`` names the file line) is located by column only.
+    row, whose ``where`` names the file line) is located by column only; anything else by line and column.
     """
     doc, pos = exc.doc, exc.pos
-    spot = f"column {exc.colno}" if "\n" not in doc.rstrip("\n") else f"line {exc.lineno}, column {exc.colno}"
+    row_named = where.startswith("--") or re.search(r"\d+$", where) is not None  # an option, a JSONL row
+    spot = f"column {exc.colno}" if row_named else f"line {exc.lineno}, column {exc.colno}"
     if not doc[pos:].strip():
         last_line = doc.rstrip().rsplit("\n", 1)[-1]
         return (f"{where}: invalid JSON at {spot}: {exc.msg}; the text ends before the JSON value does "

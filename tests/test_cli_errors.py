@@ -182,7 +182,7 @@ def test_json_snippet_is_a_window_on_a_long_line(tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         loads_json(text, "metrics.json")
     message = info.value.message
-    assert "invalid JSON at column" in message and "<<here>>x," in message and len(message) < 200
+    assert "invalid JSON at line 1, column" in message and "<<here>>x," in message and len(message) < 200
     assert message.count("...") == 2
 
 
