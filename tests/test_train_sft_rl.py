@@ -63,6 +63,7 @@ def test_lora_sft_trains_adapters_and_exports_merged_weights(data, tmp_path: Pat
     with safe_open(final / "model.safetensors", "pt") as fh:
         keys = list(fh.keys())
     assert keys and not any("lora" in k for k in keys)
+    assert (tmp_path / "sft" / "adapter" / "adapter_config.json").is_file()  # saved (gathered), then merged
     model = AutoModelForImageTextToText.from_pretrained(final)
     base = AutoModelForImageTextToText.from_pretrained(tmp_path / "sft" / "base")
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in base.parameters())

@@ -1,4 +1,4 @@
-"""Pieces shared by the SFT and RL phases: device choice, policy path, processor, checkpoints, final export."""
+"""Pieces shared by the SFT and RL phases: device choice, policy path, processor, LoRA, checkpoints."""
 
 from __future__ import annotations
 
@@ -135,35 +135,3 @@ def resume_from(trainer: Any, output_dir: Path) -> str | None:
     del saved
     trainer._load_from_checkpoint = lambda *args, **kwargs: log.info("model weights restored from %s", ckpt)
     return ckpt
-
-
-def train_and_export(trainer: Any, processor: Any, output_dir: Path, final_dir: Path | None, phase: str) -> Path:
-    """Resume from the newest checkpoint under `output_dir` (weights included), train, export to `final_dir`
-    (default `output_dir/final`). The common tail of every training phase."""
-    resume = resume_from(trainer, output_dir)
-    if resume:
-        log.info("resuming %s from %s", phase, resume)
-    trainer.train(resume_from_checkpoint=resume)
-    return export_final(trainer, processor, final_dir if final_dir is not None else output_dir / "final")
-
-
-def export_final(trainer: Any, processor: Any, out_dir: Path) -> Path:
-    """Save the trained policy (merged if LoRA) and its processor as safetensors under `out_dir`."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    if hasattr(model, "merge_and_unload"):  # LoRA: merge the adapters into a plain checkpoint
-        if trainer.accelerator.is_main_process:
-            model.merge_and_unload().save_pretrained(str(tmp), safe_serialization=True)
-    else:
-        trainer.save_model(str(tmp))  # gathers ZeRO-3 shards; safetensors by default
-    if trainer.accelerator.is_main_process:
-        processor.save_pretrained(str(tmp))
-        (tmp / "training_args.bin").unlink(missing_ok=True)
-        if out_dir.exists():
-            import shutil
-
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-        log.info("final model saved to %s", out_dir)
-    trainer.accelerator.wait_for_everyone()
-    return out_dir

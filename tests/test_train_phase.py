@@ -1,0 +1,90 @@
+"""The shared phase runner: one optimizer section for SFT and RL mapped one to one onto TrainingArguments, the
+old flat spelling still loading, the warm-start schedule, validation arguments and the LoRA export."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
+
+from spatialiq_train.recipes import OPTIMIZER_KEYS, RecipeError, recipe_from_dict
+from spatialiq_train.train.phase import NOT_TRL_ARGS, warmup_factor
+
+one_thread()
+
+
+def test_every_optimizer_key_is_a_training_arguments_field() -> None:
+    from transformers import TrainingArguments
+
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    passed = [k for k in OPTIMIZER_KEYS if k not in NOT_TRL_ARGS]
+    assert passed and not [k for k in passed if k not in fields]
+
+
+def test_flat_and_nested_optimizer_spellings_load_alike() -> None:
+    flat = recipe_from_dict({"name": "x", "rl": {"learning_rate": 1e-6, "weight_decay": 0.01}})
+    nested = recipe_from_dict({"name": "x", "rl": {"optimizer": {"learning_rate": 1e-6, "weight_decay": 0.01}}})
+    assert flat == nested
+    assert flat.rl.optimizer.learning_rate == flat.rl.learning_rate == 1e-6
+    assert flat.rl.optimizer.lr_scheduler_type == "constant_with_warmup"  # the RL phase default is kept
+    assert recipe_from_dict({"name": "x", "sft": {"optimizer": {"weight_decay": 0.01}}}).sft.learning_rate == 2e-5
+    with pytest.raises(RecipeError, match="set twice.*keep optimizer.learning_rate"):
+        recipe_from_dict({"name": "x", "sft": {"learning_rate": 1e-5, "optimizer": {"learning_rate": 2e-5}}})
+
+
+def test_an_override_replaces_the_other_spelling() -> None:
+    recipe = tiny_recipe(["rl.learning_rate=0.5", "sft.optimizer.max_steps=3"])  # the file uses rl.optimizer
+    assert (recipe.rl.optimizer.learning_rate, recipe.sft.optimizer.max_steps) == (0.5, 3)
+
+
+@pytest.mark.parametrize(("old", "new"), [("use_vllm", "vllm.enabled"), ("vllm_mode", "vllm.mode"),
+                                          ("vllm_gpu_memory_utilization", "vllm.gpu_memory_utilization")])
+def test_moved_vllm_keys_name_their_new_spelling(old: str, new: str) -> None:
+    with pytest.raises(RecipeError, match=rf"'rl\.{old}' has moved: write '{new}'"):
+        recipe_from_dict({"name": "x", "rl": {old: "colocate" if old == "vllm_mode" else 0.3}})
+
+
+def test_warmup_factor_is_linear_from_the_start_factor_then_constant() -> None:
+    assert [warmup_factor(s, 4, 0.1) for s in range(6)] == pytest.approx([0.1, 0.325, 0.55, 0.775, 1.0, 1.0])
+    assert warmup_factor(0, 0, 0.1) == 1.0
+    with pytest.raises(RecipeError, match="warmup_start_factor 0.1 needs lr_scheduler_type constant_with_warmup"):
+        tiny_recipe(["rl.optimizer.warmup_start_factor=0.1", "rl.optimizer.lr_scheduler_type=cosine"])
+
+
+def test_optimizer_and_validation_reach_the_sft_config(tmp_path: Path) -> None:
+    from spatialiq_train.train.sft import sft_config
+
+    recipe = tiny_recipe(["sft.optimizer.adam_beta2=0.98", "sft.optimizer.weight_decay=0.01",
+                          "sft.validation.every_steps=2", "sft.validation.early_stopping_patience=3",
+                          "data.eval_split=val", "logging.save_steps=4"])
+    cfg = sft_config(recipe, tmp_path)
+    assert (cfg.adam_beta1, cfg.adam_beta2, cfg.weight_decay) == (0.9, 0.98, 0.01)
+    assert getattr(cfg.eval_strategy, "value", cfg.eval_strategy) == "steps" and cfg.eval_steps == 2
+    assert (cfg.metric_for_best_model, cfg.greater_is_better, cfg.load_best_model_at_end) == ("eval_loss", False, True)
+    with pytest.raises(RecipeError, match=r"save_steps \(3\) must be a multiple of sft.validation.every_steps"):
+        tiny_recipe(["sft.validation.every_steps=2", "sft.validation.early_stopping_patience=3",
+                     "data.eval_split=val", "logging.save_steps=3"])
+    with pytest.raises(RecipeError, match="needs data.eval_split"):
+        tiny_recipe(["rl.validation.every_steps=2"])
+
+
+def test_warm_start_schedule_starts_at_the_factor(tmp_path: Path) -> None:
+    from spatialiq_train.train.data import load_split
+    from spatialiq_train.train.sft import build_sft_trainer
+
+    traces = write_traces(tmp_path, "warmup", 4, np.random.default_rng(0), answer=lambda i: i)
+    recipe = tiny_recipe(["sft.optimizer.lr_scheduler_type=constant_with_warmup", "sft.optimizer.warmup_steps=4",
+                          "sft.optimizer.warmup_start_factor=0.1", "sft.optimizer.learning_rate=0.01"])
+    trainer, _ = build_sft_trainer(recipe, tiny_model_dir(), load_split(traces, "warmup", tmp_path, "sft"),
+                                   tmp_path / "sft")
+    trainer.create_optimizer()
+    scheduler = trainer.create_scheduler(10, trainer.optimizer)
+    lrs = []
+    for _ in range(6):
+        lrs.append(scheduler.get_last_lr()[0])
+        trainer.optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx([0.001, 0.00325, 0.0055, 0.00775, 0.01, 0.01])
