@@ -88,3 +88,30 @@ def test_warm_start_schedule_starts_at_the_factor(tmp_path: Path) -> None:
         trainer.optimizer.step()
         scheduler.step()
     assert lrs == pytest.approx([0.001, 0.00325, 0.0055, 0.00775, 0.01, 0.01])
+
+
+def test_every_vllm_key_maps_onto_a_grpo_config_field() -> None:
+    from trl import GRPOConfig
+
+    from spatialiq_train.recipes import VLLM_TO_GRPO, VllmSection
+
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert set(VLLM_TO_GRPO) == set(VllmSection.model_fields) - {"enabled"}  # every key but the switch is mapped
+    assert not [grpo for grpo in VLLM_TO_GRPO.values() if grpo not in fields]
+    assert len(set(VLLM_TO_GRPO.values())) == len(VLLM_TO_GRPO)  # one to one
+
+
+def test_vllm_section_reaches_grpo_config_when_usable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spatialiq_train.train import rl
+
+    recipe = tiny_recipe(["vllm.mode=server", "vllm.tensor_parallel_size=2", "vllm.max_model_len=64",
+                          "vllm.enable_sleep_mode=true", "vllm.server_host=10.0.0.2", "vllm.server_port=8123",
+                          "vllm.gpu_memory_utilization=0.45"])
+    assert rl.vllm_args(recipe) == {"use_vllm": False}  # CPU: transformers generates
+    monkeypatch.setattr(rl, "vllm_usable", lambda r: True)
+    args = rl.vllm_args(recipe)
+    assert args == {"use_vllm": True, "vllm_mode": "server", "vllm_gpu_memory_utilization": 0.45,
+                    "vllm_tensor_parallel_size": 2, "vllm_max_model_length": 64, "vllm_enable_sleep_mode": True,
+                    "vllm_server_host": "10.0.0.2", "vllm_server_port": 8123}
+    with pytest.raises(RecipeError, match=r"vllm.max_model_len \(24\) must exceed generation.max_completion_length"):
+        tiny_recipe(["vllm.max_model_len=24"])

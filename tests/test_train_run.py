@@ -62,7 +62,7 @@ def test_dapo_tight_run_resumes_after_interruption(tmp_path: Path) -> None:
     rl_rows = read_metrics(out / "rl" / "metrics.jsonl")
     assert [r["step"] for r in sft_rows] == [1, 2, 3, 4]
     assert [r["step"] for r in rl_rows] == [1, 2, 3, 4]  # resumed from checkpoint-2, no duplicated steps
-    assert all("reward_mean" in r and "accuracy" in r and "kl" in r for r in rl_rows)
+    assert all("reward/total/mean" in r and "reward/exact_match/mean" in r and "train/kl" in r for r in rl_rows)
     assert all("dynamic_sampling/kept_groups" in r for r in rl_rows)
     state = json.loads((out / "rl" / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4

@@ -24,12 +24,17 @@ def on_gpu(recipe: Recipe) -> bool:
     return available
 
 
-def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: bool | None) -> dict[str, Any]:
-    """TrainingArguments shared by SFTConfig and GRPOConfig."""
+def reporting(recipe: Recipe) -> list[str]:
+    """The recipe's `logging.report_to` integrations that are installed."""
     from spatialiq_train.train.logging import report_to
 
+    return report_to(list(recipe.logging.report_to))
+
+
+def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: bool | None) -> dict[str, Any]:
+    """TrainingArguments shared by SFTConfig and GRPOConfig."""
     gpu = on_gpu(recipe)
-    integrations = report_to(list(recipe.logging.report_to))
+    integrations = reporting(recipe)
     if "wandb" in integrations:  # offline unless the recipe asks for online; an explicit env setting wins
         os.environ.setdefault("WANDB_MODE", recipe.logging.wandb_mode)
         os.environ.setdefault("WANDB_PROJECT", recipe.logging.wandb_project)
@@ -43,7 +48,7 @@ def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: boo
         "save_steps": recipe.logging.save_steps,
         "save_total_limit": recipe.logging.save_total_limit,
         "save_only_model": False,
-        "report_to": integrations or "none",
+        "report_to": "none",  # the metrics callback reports `integrations` under the namespaced names
         "seed": recipe.run.seed,
         "data_seed": recipe.run.seed,
         "dataloader_num_workers": 0,
