@@ -222,6 +222,9 @@ class RLSection(_PhaseSection):
     def _consistent(self) -> RLSection:
         if self.epsilon_high < self.epsilon:
             raise ValueError(f"rl.epsilon_high ({self.epsilon_high}) must be >= rl.epsilon ({self.epsilon})")
+        if self.validation.early_stopping_patience is not None:
+            raise ValueError("rl.validation.early_stopping_patience: TRL's GRPO validation reward is not a metric the "
+                             "Trainer can select on; leave it null (the released RL config disables it too)")
         opt = self.optimizer
         per_device = opt.per_device_train_batch_size * (self.steps_per_generation or opt.gradient_accumulation_steps)
         if per_device % self.num_generations:

@@ -206,13 +206,18 @@ SHIPPED_RECIPES = _shipped_recipes_dir()
 """Folder of the shipped recipes (found by name from any working directory: ``spatialiq recipes show tiny_cpu``)."""
 
 
+def shipped_recipes() -> list[Path]:
+    """The shipped recipe files: recipes/*.yaml and the experiments in recipes/experiments/*.yaml."""
+    return sorted([*SHIPPED_RECIPES.glob("*.yaml"), *(SHIPPED_RECIPES / "experiments").glob("*.yaml")])
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Load `path` (YAML; or the name of a shipped recipe, e.g. `dapo_tight_7b`), apply dotted overrides, validate."""
+    """Load `path` (YAML; or the name of a shipped recipe, e.g. `dapo_tight_7b` or the experiment
+    `dapo_paper_7b`), apply dotted overrides, validate."""
     p = Path(path)
-    shipped = SHIPPED_RECIPES / f"{p.name}.yaml"
-    if not p.is_file() and p.suffix == "" and len(p.parts) == 1 and shipped.is_file():
-        p = shipped
-    names = ", ".join(sorted(f.stem for f in SHIPPED_RECIPES.glob("*.yaml")))
+    if not p.is_file() and p.suffix == "" and len(p.parts) == 1:
+        p = next((f for f in shipped_recipes() if f.stem == p.name), p)
+    names = ", ".join(sorted(f.stem for f in shipped_recipes()))
     if p.is_dir():
         raise RecipeError(f"recipe path {p} is a directory; give a recipe YAML file in it (or a shipped recipe "
                           f"name: {names})")

@@ -147,3 +147,55 @@ def test_a_shipped_recipe_loads_by_name() -> None:
     assert load_recipe("dapo_tight_7b").name == load_recipe(RECIPES / "dapo_tight_7b.yaml").name
     with pytest.raises(RecipeError, match="shipped recipe name: .*tiny_cpu"):
         load_recipe("dapo_tight_9b")
+
+
+EXPERIMENTS = sorted((RECIPES / "experiments").glob("*.yaml"))
+PROCESSES = 8
+"""The process count the shipped global batches assume (recipes/accelerate/zero3_8gpu.yaml)."""
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_experiment_recipes_validate_and_load_by_name(path: Path) -> None:
+    recipe = load_recipe(path.stem)
+    assert recipe.name == path.stem and recipe == load_recipe(path)
+
+
+@pytest.mark.parametrize("scale", ["7b", "32b"])
+def test_dapo_tight_follows_the_released_configuration(scale: str) -> None:
+    r = load_recipe(RECIPES / f"dapo_tight_{scale}.yaml").rl
+    opt = r.optimizer
+    assert r.num_generations == 8
+    assert opt.per_device_train_batch_size * opt.gradient_accumulation_steps * PROCESSES == 64  # global batch
+    assert opt.per_device_train_batch_size * r.steps_per_generation * PROCESSES // r.num_generations == 8  # prompts
+    assert (opt.learning_rate, opt.weight_decay, opt.adam_beta1, opt.adam_beta2) == (5e-7, 0.01, 0.9, 0.999)
+    assert (opt.lr_scheduler_type, opt.warmup_steps, opt.warmup_start_factor) == ("constant_with_warmup", 50, 0.1)
+    assert (opt.max_steps, r.validation.every_steps, r.validation.max_samples) == (500, 20, 64)
+    assert (r.scale_rewards, r.dynamic_sampling.max_refill_rounds + 1, r.loss_type) == ("group", 10, "dapo")
+    full = load_recipe(RECIPES / f"dapo_tight_{scale}.yaml")
+    assert (full.generation.max_completion_length, full.vllm.max_model_len) == (1024, 2048)
+    assert (full.generation.temperature, full.generation.top_p) == (1.0, 1.0)
+    assert (full.vllm.mode, full.vllm.gpu_memory_utilization) == ("colocate", 0.6)
+
+
+@pytest.mark.parametrize("name", ["sft_plain_7b", "sft_cot_7b", "sft_plain_32b", "sft_cot_32b", "dapo_tight_7b",
+                                  "dapo_tight_32b"])
+def test_sft_follows_the_released_configuration(name: str) -> None:
+    s = load_recipe(RECIPES / f"{name}.yaml").sft
+    opt = s.optimizer
+    assert (opt.learning_rate, opt.adam_beta1, opt.adam_beta2, opt.weight_decay) == (2e-5, 0.9, 0.98, 0.01)
+    assert opt.per_device_train_batch_size * opt.gradient_accumulation_steps * PROCESSES == 16
+    assert (opt.num_train_epochs, opt.lr_scheduler_type) == (3, "constant")
+    assert (s.validation.every_steps, s.validation.early_stopping_patience) == (50, 3)
+
+
+@pytest.mark.parametrize(("name", "fires"), [("dapo_tight_7b", False), ("dapo_tight_32b", False),
+                                             ("dapo_paper_7b", True)])
+def test_overlong_shaping_fires_only_in_the_dapo_paper_variant(name: str, fires: bool) -> None:
+    from spatialiq_train.train.rl import reward_setup
+
+    recipe = load_recipe(name)
+    setup = reward_setup(recipe, base=[(lambda completions, **kw: [0.0] * len(completions), 1.0)])
+    shaping = setup.funcs[1]
+    assert getattr(shaping, "__name__", "") == "soft_overlong_punishment_reward"
+    at_budget = shaping([[0] * recipe.generation.max_completion_length])[0]
+    assert (at_budget < 0) is fires
