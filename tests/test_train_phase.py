@@ -115,3 +115,26 @@ def test_vllm_section_reaches_grpo_config_when_usable(tmp_path: Path, monkeypatc
                     "vllm_server_host": "10.0.0.2", "vllm_server_port": 8123}
     with pytest.raises(RecipeError, match=r"vllm.max_model_len \(24\) must exceed generation.max_completion_length"):
         tiny_recipe(["vllm.max_model_len=24"])
+
+
+@pytest.mark.slow
+def test_both_phases_validate_on_the_eval_split(tmp_path: Path) -> None:
+    from spatialiq_train.train.logging import read_metrics
+    from spatialiq_train.train.rl import run_rl
+    from spatialiq_train.train.sft import run_sft
+
+    rng = np.random.default_rng(5)
+    write_traces(tmp_path, "warmup", 8, rng, answer=lambda i: i % 10)
+    write_traces(tmp_path, "rl", 8, rng, answer=lambda i: 3)
+    traces = write_traces(tmp_path, "val", 4, rng, answer=lambda i: 3)
+    recipe = tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={tmp_path}", "data.eval_split=val",
+                          "sft.optimizer.max_steps=6", "sft.validation.every_steps=2", "sft.optimizer.learning_rate=1e-12",
+                          "sft.validation.early_stopping_patience=1", "sft.validation.early_stopping_min_delta=0.5",
+                          "rl.optimizer.max_steps=2", "rl.validation.every_steps=2", "rl.validation.max_samples=4",
+                          "logging.save_steps=2"])
+    init = run_sft(recipe, tmp_path / "sft", model_path=tiny_model_dir())
+    sft_eval = [r for r in read_metrics(tmp_path / "sft" / "metrics.jsonl") if "eval/loss" in r]
+    assert [r["step"] for r in sft_eval] == [2, 4]  # a frozen loss never improves by 0.5: stopped after 2 checks
+    run_rl(recipe, tmp_path / "rl", model_path=str(init))
+    rl_eval = [r for r in read_metrics(tmp_path / "rl" / "metrics.jsonl") if "eval/exact_match" in r]
+    assert [r["step"] for r in rl_eval] == [2] and 0.0 <= rl_eval[0]["eval/exact_match"] <= 1.0
