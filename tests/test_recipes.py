@@ -199,3 +199,52 @@ def test_overlong_shaping_fires_only_in_the_dapo_paper_variant(name: str, fires:
     assert getattr(shaping, "__name__", "") == "soft_overlong_punishment_reward"
     at_budget = shaping([[0] * recipe.generation.max_completion_length])[0]
     assert (at_budget < 0) is fires
+
+
+@pytest.mark.parametrize(("weights", "message"), [
+    ("{}", "name at least one reward"),
+    ("{format: .nan}", "must be finite"),
+    ("{format: .inf, integer_distance: 0.9}", "must be finite"),
+    ("{format: 0.0, integer_distance: -1.0}", "no positive weight"),
+    ("{format: true}", "not a boolean"),
+])
+def test_cli_validate_refuses_unusable_reward_weights(weights: str, message: str) -> None:
+    from spatialiq_train.cli import app
+
+    res = CliRunner().invoke(app, ["recipes", "validate", str(RECIPES / "tiny_cpu.yaml"),
+                                   "--set", f"reward.weights={weights}"])
+    assert res.exit_code != 0
+    assert "reward.weights" in res.output and message in res.output
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("sft.max_steps=true", "sft.max_steps"),
+    ("rl.optimizer.max_steps=true", "rl.optimizer.max_steps"),
+    ("rl.num_generations=4.0", "rl.num_generations"),
+    ("rl.dynamic_sampling.enabled=1", "rl.dynamic_sampling.enabled"),
+    ("model.lora.r=2.5", "model.lora.r"),
+    ("vllm.enabled=yes_please", "vllm.enabled"),
+    ("rl.learning_rate=true", "rl.learning_rate"),
+])
+def test_counts_and_switches_are_strict(override: str, key: str) -> None:
+    with pytest.raises(RecipeError, match=key.replace(".", r"\.")):
+        load_recipe(RECIPES / "tiny_cpu.yaml", [override])
+
+
+def test_validate_imports_a_dotted_reward_module_only_when_asked(tmp_path: Path, monkeypatch) -> None:
+    import sys
+
+    from spatialiq_train.cli import app
+
+    marker = tmp_path / "imported"
+    (tmp_path / "preflight_probe_mod.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["recipes", "validate", str(RECIPES / "tiny_cpu.yaml"),
+            "--set", "reward.weights={format: 0.5, 'preflight_probe_mod:score': 0.5}"]
+    ok = CliRunner().invoke(app, args)
+    assert ok.exit_code == 0, ok.output
+    assert not marker.exists() and "preflight_probe_mod" not in sys.modules
+    checked = CliRunner().invoke(app, [*args, "--import-rewards"])
+    assert marker.exists()  # imported: and refused, since it registers no reward called `score`
+    assert checked.exit_code != 0 and "preflight_probe_mod:score" in checked.output
+    sys.modules.pop("preflight_probe_mod", None)

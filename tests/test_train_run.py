@@ -84,8 +84,8 @@ def test_run_refuses_a_different_recipe_in_the_same_folder(tmp_path: Path) -> No
 
     _write_run_recipe(tiny_recipe(), tmp_path)
     _write_run_recipe(tiny_recipe(), tmp_path)  # same recipe: fine
-    with pytest.raises(RecipeError, match="different recipe"):
-        _write_run_recipe(tiny_recipe(["rl.beta=0.5"]), tmp_path)
+    with pytest.raises(RecipeError, match="different recipe"):  # an SFT key: RL-only keys may change (preflight)
+        _write_run_recipe(tiny_recipe(["sft.optimizer.learning_rate=0.5"]), tmp_path)
 
 
 def test_warmup_and_rl_partitions_must_be_disjoint(tmp_path: Path) -> None:
