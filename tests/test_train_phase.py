@@ -128,7 +128,8 @@ def test_both_phases_validate_on_the_eval_split(tmp_path: Path) -> None:
     write_traces(tmp_path, "rl", 8, rng, answer=lambda i: 3)
     traces = write_traces(tmp_path, "val", 4, rng, answer=lambda i: 3)
     recipe = tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={tmp_path}", "data.eval_split=val",
-                          "sft.optimizer.max_steps=6", "sft.validation.every_steps=2", "sft.optimizer.learning_rate=1e-12",
+                          "sft.optimizer.max_steps=6", "sft.validation.every_steps=2",
+                          "sft.optimizer.learning_rate=1e-12",
                           "sft.validation.early_stopping_patience=1", "sft.validation.early_stopping_min_delta=0.5",
                           "rl.optimizer.max_steps=2", "rl.validation.every_steps=2", "rl.validation.max_samples=4",
                           "logging.save_steps=2"])
