@@ -43,7 +43,7 @@ PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "GB300": 2500.0, "B200": 2250.0, "A
 """Dense bf16 peak TFLOP/s by device-name substring."""
 RECIPES = {"7b": REPO / "recipes" / "dapo_tight_7b.yaml", "tiny": REPO / "recipes" / "tiny_cpu.yaml"}
 VIEW_SIDE = {"7b": 448, "tiny": 112}
-FIXED = ["logging.report_to=[]", "logging.save_steps=100000", "model.tiny=false", "rl.use_vllm=false",
+FIXED = ["logging.report_to=[]", "logging.save_steps=100000", "model.tiny=false", "vllm.enabled=false",
          "rl.dynamic_sampling.enabled=false"]
 
 log = logging.getLogger("bench_train")
@@ -171,7 +171,7 @@ def phase_result(name: str, output_dir: Path, times: list[float], n_params: int,
     from spatialiq_train.train.logging import read_metrics
 
     rows = read_metrics(output_dir / "metrics.jsonl")
-    tokens = [r["num_tokens"] for r in rows if "num_tokens" in r]
+    tokens = [r["train/num_tokens"] for r in rows if "train/num_tokens" in r]
     per_step = np.diff([0.0, *tokens])[1:] if len(tokens) > 1 else np.array(tokens)
     timed = times[1:] if len(times) > 1 else times
     sec = statistics.median(timed)

@@ -147,3 +147,104 @@ def test_a_shipped_recipe_loads_by_name() -> None:
     assert load_recipe("dapo_tight_7b").name == load_recipe(RECIPES / "dapo_tight_7b.yaml").name
     with pytest.raises(RecipeError, match="shipped recipe name: .*tiny_cpu"):
         load_recipe("dapo_tight_9b")
+
+
+EXPERIMENTS = sorted((RECIPES / "experiments").glob("*.yaml"))
+PROCESSES = 8
+"""The process count the shipped global batches assume (recipes/accelerate/zero3_8gpu.yaml)."""
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_experiment_recipes_validate_and_load_by_name(path: Path) -> None:
+    recipe = load_recipe(path.stem)
+    assert recipe.name == path.stem and recipe == load_recipe(path)
+
+
+@pytest.mark.parametrize("scale", ["7b", "32b"])
+def test_dapo_tight_follows_the_released_configuration(scale: str) -> None:
+    r = load_recipe(RECIPES / f"dapo_tight_{scale}.yaml").rl
+    opt = r.optimizer
+    assert r.num_generations == 8
+    assert opt.per_device_train_batch_size * opt.gradient_accumulation_steps * PROCESSES == 64  # global batch
+    assert opt.per_device_train_batch_size * r.steps_per_generation * PROCESSES // r.num_generations == 8  # prompts
+    assert (opt.learning_rate, opt.weight_decay, opt.adam_beta1, opt.adam_beta2) == (5e-7, 0.01, 0.9, 0.999)
+    assert (opt.lr_scheduler_type, opt.warmup_steps, opt.warmup_start_factor) == ("constant_with_warmup", 50, 0.1)
+    assert (opt.max_steps, r.validation.every_steps, r.validation.max_samples) == (500, 20, 64)
+    assert (r.scale_rewards, r.dynamic_sampling.max_refill_rounds, r.loss_type) == ("group", 10, "dapo")
+    full = load_recipe(RECIPES / f"dapo_tight_{scale}.yaml")
+    assert (full.generation.max_completion_length, full.vllm.max_model_len) == (1024, 2048)
+    assert (full.generation.temperature, full.generation.top_p) == (1.0, 1.0)
+    assert (full.vllm.mode, full.vllm.gpu_memory_utilization) == ("colocate", 0.6)
+
+
+@pytest.mark.parametrize("name", ["sft_plain_7b", "sft_cot_7b", "sft_plain_32b", "sft_cot_32b", "dapo_tight_7b",
+                                  "dapo_tight_32b"])
+def test_sft_follows_the_released_configuration(name: str) -> None:
+    s = load_recipe(RECIPES / f"{name}.yaml").sft
+    opt = s.optimizer
+    assert (opt.learning_rate, opt.adam_beta1, opt.adam_beta2, opt.weight_decay) == (2e-5, 0.9, 0.98, 0.01)
+    assert opt.per_device_train_batch_size * opt.gradient_accumulation_steps * PROCESSES == 16
+    assert (opt.num_train_epochs, opt.lr_scheduler_type) == (3, "constant")
+    assert (s.validation.every_steps, s.validation.early_stopping_patience) == (50, 3)
+
+
+@pytest.mark.parametrize(("name", "fires"), [("dapo_tight_7b", False), ("dapo_tight_32b", False),
+                                             ("dapo_paper_7b", True)])
+def test_overlong_shaping_fires_only_in_the_dapo_paper_variant(name: str, fires: bool) -> None:
+    from spatialiq_train.train.rl import reward_setup
+
+    recipe = load_recipe(name)
+    setup = reward_setup(recipe, base=[(lambda completions, **kw: [0.0] * len(completions), 1.0)])
+    shaping = setup.funcs[1]
+    assert getattr(shaping, "__name__", "") == "soft_overlong_punishment_reward"
+    at_budget = shaping([[0] * recipe.generation.max_completion_length])[0]
+    assert (at_budget < 0) is fires
+
+
+@pytest.mark.parametrize(("weights", "message"), [
+    ("{}", "name at least one reward"),
+    ("{format: .nan}", "must be finite"),
+    ("{format: .inf, integer_distance: 0.9}", "must be finite"),
+    ("{format: 0.0, integer_distance: -1.0}", "no positive weight"),
+    ("{format: true}", "not a boolean"),
+])
+def test_cli_validate_refuses_unusable_reward_weights(weights: str, message: str) -> None:
+    from spatialiq_train.cli import app
+
+    res = CliRunner().invoke(app, ["recipes", "validate", str(RECIPES / "tiny_cpu.yaml"),
+                                   "--set", f"reward.weights={weights}"])
+    assert res.exit_code != 0
+    assert "reward.weights" in res.output and message in res.output
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("sft.max_steps=true", "sft.max_steps"),
+    ("rl.optimizer.max_steps=true", "rl.optimizer.max_steps"),
+    ("rl.num_generations=4.0", "rl.num_generations"),
+    ("rl.dynamic_sampling.enabled=1", "rl.dynamic_sampling.enabled"),
+    ("model.lora.r=2.5", "model.lora.r"),
+    ("vllm.enabled=yes_please", "vllm.enabled"),
+    ("rl.learning_rate=true", "rl.learning_rate"),
+])
+def test_counts_and_switches_are_strict(override: str, key: str) -> None:
+    with pytest.raises(RecipeError, match=key.replace(".", r"\.")):
+        load_recipe(RECIPES / "tiny_cpu.yaml", [override])
+
+
+def test_validate_imports_a_dotted_reward_module_only_when_asked(tmp_path: Path, monkeypatch) -> None:
+    import sys
+
+    from spatialiq_train.cli import app
+
+    marker = tmp_path / "imported"
+    (tmp_path / "preflight_probe_mod.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["recipes", "validate", str(RECIPES / "tiny_cpu.yaml"),
+            "--set", "reward.weights={format: 0.5, 'preflight_probe_mod:score': 0.5}"]
+    ok = CliRunner().invoke(app, args)
+    assert ok.exit_code == 0, ok.output
+    assert not marker.exists() and "preflight_probe_mod" not in sys.modules
+    checked = CliRunner().invoke(app, [*args, "--import-rewards"])
+    assert marker.exists()  # imported: and refused, since it registers no reward called `score`
+    assert checked.exit_code != 0 and "preflight_probe_mod:score" in checked.output
+    sys.modules.pop("preflight_probe_mod", None)

@@ -197,4 +197,4 @@ def test_training_step_logs_dynamic_sampling_counts(ds_env, tmp_path: Path) -> N
     rows = read_metrics(tmp_path / "c" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1]
     assert rows[0]["dynamic_sampling/kept_groups"] == 2.0 and rows[0]["dynamic_sampling/dropped_groups"] == 0.0
-    assert rows[0]["reward_mean"] == pytest.approx(0.5)
+    assert rows[0]["reward/total/mean"] == pytest.approx(0.5)

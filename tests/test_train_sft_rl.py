@@ -46,10 +46,14 @@ def test_sft_loss_only_on_assistant_tokens_and_falls(data, tmp_path: Path) -> No
         assert kept == f"<answer>{i % 10}</answer><|im_end|>\n"
         assert (batch["input_ids"][i] == tok.convert_tokens_to_ids("<|image_pad|>")).sum() > 0  # image present
     trainer.train()
-    losses = [r["loss"] for r in read_metrics(tmp_path / "sft" / "metrics.jsonl")]
+    losses = [r["train/loss"] for r in read_metrics(tmp_path / "sft" / "metrics.jsonl")]
     assert len(losses) == 12
     assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.5
     assert list((tmp_path / "sft").rglob("events.out.tfevents*"))  # tensorboard got the same steps
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(next((tmp_path / "sft").rglob("events.out.tfevents*")).parent)).Reload()
+    assert "train/loss" in events.Tags()["scalars"] and len(events.Scalars("train/loss")) == 12
 
 
 def test_lora_sft_trains_adapters_and_exports_merged_weights(data, tmp_path: Path) -> None:  # noqa: ANN001
@@ -63,6 +67,7 @@ def test_lora_sft_trains_adapters_and_exports_merged_weights(data, tmp_path: Pat
     with safe_open(final / "model.safetensors", "pt") as fh:
         keys = list(fh.keys())
     assert keys and not any("lora" in k for k in keys)
+    assert (tmp_path / "sft" / "adapter" / "adapter_config.json").is_file()  # saved (gathered), then merged
     model = AutoModelForImageTextToText.from_pretrained(final)
     base = AutoModelForImageTextToText.from_pretrained(tmp_path / "sft" / "base")
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in base.parameters())
@@ -127,7 +132,7 @@ def test_rl_after_sft_warmup_raises_exact_match(data, tmp_path: Path) -> None:  
     init = run_sft(recipe, tmp_path / "sft", model_path=tiny_model_dir(), train_dataset=_sft_dataset(data))
     trainer, _ = build_rl_trainer(recipe, str(init), load_split(traces, "rl", root, "rl"), tmp_path / "rl")
     trainer.train()
-    acc = [r["accuracy"] for r in read_metrics(tmp_path / "rl" / "metrics.jsonl")]
+    acc = [r["reward/exact_match/mean"] for r in read_metrics(tmp_path / "rl" / "metrics.jsonl")]
     assert len(acc) == 80
     start, end = float(np.mean(acc[:5])), float(np.mean(acc[-10:]))
     assert start <= 0.3, acc

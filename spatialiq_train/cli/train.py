@@ -15,17 +15,14 @@ RECIPE = typer.Option(..., "--recipe", "-r", help="Recipe YAML (recipes/*.yaml).
 OUT = typer.Option(None, "--out", "-o", help="Output folder (default: the recipe's run.output_dir).")
 
 
-def load_checked(recipe: Path, overrides: list[str] | None = None):  # noqa: ANN201
-    """Load a recipe and check what the core cannot: every reward name it uses exists in reward.registry."""
-    from reward.registry import get_reward
-    from spatialiq_train.recipes import RecipeError, load_recipe
+def load_checked(recipe: Path, overrides: list[str] | None = None, import_rewards: bool = True):  # noqa: ANN201
+    """Load a recipe and check what the core cannot: every reward name it uses exists in reward.registry (a dotted
+    `pkg.module:function` path is imported only with `import_rewards`; training always imports it)."""
+    from spatialiq_train.recipes import load_recipe
+    from spatialiq_train.train.preflight import check_reward_names
 
     rec = load_recipe(recipe, list(overrides or []))
-    for name in rec.reward.weights:
-        try:
-            get_reward(name)
-        except ValueError as exc:
-            raise RecipeError(f"{recipe}: reward.weights.{name}: {exc}") from None
+    check_reward_names(rec, str(recipe), import_modules=import_rewards)
     return rec
 
 
@@ -65,6 +62,9 @@ def dapo_tight_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: lis
 def validate_cmd(
     files: list[Path] = typer.Argument(..., help="Recipe YAML files."),
     overrides: list[str] | None = typer.Option(None, "--set", help="Override KEY.PATH=VALUE (repeatable)."),
+    import_rewards: bool = typer.Option(False, "--import-rewards",
+                                        help="Import the modules of dotted reward paths (pkg.module:function) to "
+                                             "check them; importing runs their code."),
 ) -> None:
     """Validate recipes; exits non-zero when any is invalid."""
     from spatialiq_train.errors import UserError
@@ -73,7 +73,7 @@ def validate_cmd(
     bad = []
     for f in files:
         try:
-            load_checked(f, overrides)
+            load_checked(f, overrides, import_rewards)
             typer.echo(f"ok: {f}")
         except RecipeError as exc:
             bad.append(str(f))

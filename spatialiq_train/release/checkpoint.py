@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -76,19 +75,14 @@ def write_single_index(weights: Path) -> None:
 
 def _merge_adapter(src: Path, dst: Path) -> None:
     """Load base + adapter in one process (no ZeRO partitioning here), merge, save as safetensors shards."""
-    from peft import PeftModel
-    from transformers import AutoModelForImageTextToText
+    from spatialiq_train.train.export import ExportError, merge_adapter
 
-    adapter = json.loads((src / "adapter_config.json").read_text(encoding="utf-8"))
-    base_path = adapter.get("base_model_name_or_path")
-    if not base_path:
-        raise ReleaseError(f"{src / 'adapter_config.json'}: no base_model_name_or_path to merge the adapter into")
-    base = AutoModelForImageTextToText.from_pretrained(base_path, use_safetensors=True)
-    merged = PeftModel.from_pretrained(base, str(src)).merge_and_unload()
-    merged.save_pretrained(str(dst), safe_serialization=True)
+    try:
+        merge_adapter(src, dst)
+    except ExportError as exc:
+        raise ReleaseError(str(exc)) from None
     if not (dst / WEIGHTS_INDEX).is_file():
         write_single_index(dst / SINGLE_WEIGHTS)
-    log.info("merged the LoRA adapter of %s into %s", src, base_path)
 
 
 def copy_configs(src: Path, dst: Path, generation: dict[str, Any] | None) -> None:

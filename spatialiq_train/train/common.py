@@ -1,4 +1,4 @@
-"""Pieces shared by the SFT and RL phases: device choice, policy path, processor, checkpoints, final export."""
+"""Pieces shared by the SFT and RL phases: device choice, policy path, processor, LoRA, checkpoints."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.recipes import Recipe
+from spatialiq_train.train.export import export_final  # noqa: F401 - kept importable from here (moved to export)
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +25,17 @@ def on_gpu(recipe: Recipe) -> bool:
     return available
 
 
-def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: bool | None) -> dict[str, Any]:
-    """TrainingArguments shared by SFTConfig and GRPOConfig."""
+def reporting(recipe: Recipe) -> list[str]:
+    """The recipe's `logging.report_to` integrations that are installed."""
     from spatialiq_train.train.logging import report_to
 
+    return report_to(list(recipe.logging.report_to))
+
+
+def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: bool | None) -> dict[str, Any]:
+    """TrainingArguments shared by SFTConfig and GRPOConfig."""
     gpu = on_gpu(recipe)
-    integrations = report_to(list(recipe.logging.report_to))
+    integrations = reporting(recipe)
     if "wandb" in integrations:  # offline unless the recipe asks for online; an explicit env setting wins
         os.environ.setdefault("WANDB_MODE", recipe.logging.wandb_mode)
         os.environ.setdefault("WANDB_PROJECT", recipe.logging.wandb_project)
@@ -43,7 +49,7 @@ def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: boo
         "save_steps": recipe.logging.save_steps,
         "save_total_limit": recipe.logging.save_total_limit,
         "save_only_model": False,
-        "report_to": integrations or "none",
+        "report_to": "none",  # the metrics callback reports `integrations` under the namespaced names
         "seed": recipe.run.seed,
         "data_seed": recipe.run.seed,
         "dataloader_num_workers": 0,
@@ -135,35 +141,3 @@ def resume_from(trainer: Any, output_dir: Path) -> str | None:
     del saved
     trainer._load_from_checkpoint = lambda *args, **kwargs: log.info("model weights restored from %s", ckpt)
     return ckpt
-
-
-def train_and_export(trainer: Any, processor: Any, output_dir: Path, final_dir: Path | None, phase: str) -> Path:
-    """Resume from the newest checkpoint under `output_dir` (weights included), train, export to `final_dir`
-    (default `output_dir/final`). The common tail of every training phase."""
-    resume = resume_from(trainer, output_dir)
-    if resume:
-        log.info("resuming %s from %s", phase, resume)
-    trainer.train(resume_from_checkpoint=resume)
-    return export_final(trainer, processor, final_dir if final_dir is not None else output_dir / "final")
-
-
-def export_final(trainer: Any, processor: Any, out_dir: Path) -> Path:
-    """Save the trained policy (merged if LoRA) and its processor as safetensors under `out_dir`."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    if hasattr(model, "merge_and_unload"):  # LoRA: merge the adapters into a plain checkpoint
-        if trainer.accelerator.is_main_process:
-            model.merge_and_unload().save_pretrained(str(tmp), safe_serialization=True)
-    else:
-        trainer.save_model(str(tmp))  # gathers ZeRO-3 shards; safetensors by default
-    if trainer.accelerator.is_main_process:
-        processor.save_pretrained(str(tmp))
-        (tmp / "training_args.bin").unlink(missing_ok=True)
-        if out_dir.exists():
-            import shutil
-
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-        log.info("final model saved to %s", out_dir)
-    trainer.accelerator.wait_for_everyone()
-    return out_dir

@@ -1,8 +1,10 @@
-"""Our own per-step metrics file (`metrics.jsonl`) next to TRL's tensorboard / wandb reporting.
+"""Training metrics under the namespaced names of `spatialiq_train.metrics`: `metrics.jsonl`, TensorBoard, wandb.
 
-One JSON object per logged step with at least `step`. TRL's names are kept and the ones the docs promise are
-added under stable names: `reward_mean`, `reward/<fn>`, `accuracy` (exact match), `kl`, `clip_fraction`,
-`entropy`, `response_length`, `dynamic_sampling/*` and `tokens_per_s`.
+TRL logs flat names (`loss`, `reward`, `rewards/format/mean`, `completions/mean_length`, `eval_loss` ...). Each
+log event is renamed once (`namespaced`) and the same row goes to every sink, so the file, TensorBoard and wandb
+show the same names: `train/...`, `rollout/...`, `reward/<name>/{mean,std,errors}`, `dynamic_sampling/...`,
+`eval/...`. A TRL number with no entry in the table is kept as `trl/<its TRL name>`. transformers' own
+TensorBoard/wandb callbacks are switched off (they would prefix every name with `train/` again).
 """
 
 from __future__ import annotations
@@ -14,36 +16,68 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spatialiq_train import metrics as m
 from spatialiq_train.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-ACCURACY_REWARD = "exact_match"
+ACCURACY_REWARD = m.ACCURACY_REWARD
 """Name of the weight-0 reward function whose mean is the exact-match accuracy."""
 
-RENAMES: dict[str, str] = {
-    "reward": "reward_mean",
-    "completions/mean_length": "response_length",
-    "clip_ratio/region_mean": "clip_fraction",
-    "mean_token_accuracy": "token_accuracy",
+TRL_NAMES: dict[str, str] = {
+    "loss": m.TRAIN_LOSS,
+    "learning_rate": m.TRAIN_LEARNING_RATE,
+    "grad_norm": m.TRAIN_GRAD_NORM,
+    "epoch": m.TRAIN_EPOCH,
+    "kl": m.TRAIN_KL,
+    "entropy": m.TRAIN_ENTROPY,
+    "clip_ratio/region_mean": m.TRAIN_CLIP_FRACTION,
+    "mean_token_accuracy": m.TRAIN_TOKEN_ACCURACY,
+    "num_tokens": m.TRAIN_NUM_TOKENS,
+    "completions/mean_length": m.ROLLOUT_LENGTH_MEAN,
+    "completions/min_length": m.ROLLOUT_LENGTH_MIN,
+    "completions/max_length": m.ROLLOUT_LENGTH_MAX,
+    "completions/clipped_ratio": m.ROLLOUT_CLIPPED_SHARE,
+    "reward": m.REWARD_TOTAL_MEAN,
+    "reward_std": m.REWARD_TOTAL_STD,
+}
+"""TRL's log name -> the table's name."""
+
+EVAL_NAMES: dict[str, str] = {
+    "eval_loss": m.EVAL_LOSS,
+    f"eval_rewards/{ACCURACY_REWARD}/mean": m.EVAL_EXACT_MATCH,
 }
 
 
-def normalise_logs(logs: dict[str, Any]) -> dict[str, float]:
-    """TRL log dict -> our metric names (TRL's names are kept too); non-numeric values are dropped."""
+def metric_name(key: str) -> str:
+    """The namespaced name of one TRL log key (see the module docstring)."""
+    if key in TRL_NAMES:
+        return TRL_NAMES[key]
+    if key in EVAL_NAMES:
+        return EVAL_NAMES[key]
+    if key.startswith("eval_"):
+        inner = metric_name(key[len("eval_"):])
+        return "eval/" + (inner[len("trl/"):] if inner.startswith("trl/") else inner)
+    parts = key.split("/")
+    if len(parts) == 3 and parts[0] == "rewards" and parts[2] in m.REWARD_STATS:
+        return m.reward_metric(parts[1], parts[2])
+    if key.startswith(("reward/", "dynamic_sampling/", "train/", "rollout/")):
+        return key  # already namespaced (reward errors and components, dynamic sampling counts)
+    return f"trl/{key}"
+
+
+def namespaced(logs: dict[str, Any]) -> dict[str, float]:
+    """TRL log dict -> {namespaced name: value}; non-numeric and non-finite values are dropped."""
     out: dict[str, float] = {}
     for key, val in logs.items():
         if isinstance(val, bool) or not isinstance(val, int | float) or not math.isfinite(float(val)):
             continue
-        out[key] = float(val)
-        if key in RENAMES:
-            out[RENAMES[key]] = float(val)
-        if key.startswith("rewards/") and key.endswith("/mean"):
-            name = key[len("rewards/") : -len("/mean")]
-            out[f"reward/{name}"] = float(val)
-            if name == ACCURACY_REWARD:
-                out["accuracy"] = float(val)
+        out[metric_name(key)] = float(val)
     return out
+
+
+normalise_logs = namespaced
+"""The former name of `namespaced`."""
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -60,19 +94,56 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+class _Sinks:
+    """TensorBoard and wandb writers, opened on the first row (main process only)."""
+
+    def __init__(self, integrations: list[str], log_dir: Path, phase: str, wandb_project: str) -> None:
+        self.integrations, self.log_dir, self.phase, self.project = integrations, log_dir, phase, wandb_project
+        self._tb: Any = None
+        self._wandb: Any = None
+
+    def write(self, row: dict[str, float], step: int) -> None:
+        if "tensorboard" in self.integrations:
+            if self._tb is None:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(log_dir=str(self.log_dir))
+            for key, val in row.items():
+                self._tb.add_scalar(key, val, step)
+            self._tb.flush()
+        if "wandb" in self.integrations:
+            if self._wandb is None:
+                import wandb
+
+                self._wandb = wandb.init(project=self.project, name=f"{self.log_dir.parent.name}-{self.phase}",
+                                         dir=str(self.log_dir.parent), group=self.phase, resume="allow")
+            self._wandb.log(row, step=step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
 def _callback_base() -> type:
     from transformers import TrainerCallback
 
     return TrainerCallback
 
 
-def make_metrics_callback(path: str | Path, phase: str) -> Any:
-    """A `TrainerCallback` appending one JSON line per log event to `path`."""
+def make_metrics_callback(path: str | Path, phase: str, integrations: list[str] | None = None,
+                          wandb_project: str = "spatialiq") -> Any:
+    """A `TrainerCallback` appending one namespaced JSON row per log event to `path`, and sending the same row to
+    the installed `integrations` (tensorboard under `path`'s folder /runs, wandb)."""
 
     class MetricsJsonlCallback(_callback_base()):  # type: ignore[misc]
         def __init__(self) -> None:
             self.path = Path(path)
             self.phase = phase
+            self.sinks = _Sinks(list(integrations or []), self.path.parent / "runs", phase, wandb_project)
             self._t = time.perf_counter()
             self._tokens: float | None = None
 
@@ -88,15 +159,20 @@ def make_metrics_callback(path: str | Path, phase: str) -> Any:
         def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN201
             if not state.is_world_process_zero or not logs or "train_runtime" in logs:
                 return
-            row: dict[str, Any] = {"step": state.global_step, "phase": self.phase, "epoch": state.epoch}
-            row.update(normalise_logs(logs))
+            values = namespaced(logs)
             now = time.perf_counter()
-            tokens = row.get("num_tokens")
+            tokens = values.get(m.TRAIN_NUM_TOKENS)
             if tokens is not None and self._tokens is not None and now > self._t:
-                row["tokens_per_s"] = (tokens - self._tokens) / (now - self._t)
-            self._t, self._tokens = now, tokens
+                values[m.TRAIN_TOKENS_PER_S] = (tokens - self._tokens) / (now - self._t)
+            if tokens is not None:
+                self._t, self._tokens = now, tokens
+            self.sinks.write(values, state.global_step)
+            row: dict[str, Any] = {"step": state.global_step, "phase": self.phase, **values}
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
+
+        def on_train_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+            self.sinks.close()
 
     return MetricsJsonlCallback()
 
@@ -108,7 +184,7 @@ def report_to(wanted: list[str]) -> list[str]:
     modules = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
     out = []
     for name in wanted:
-        if any(importlib.util.find_spec(m) is not None for m in modules.get(name, (name,))):
+        if any(importlib.util.find_spec(m_) is not None for m_ in modules.get(name, (name,))):
             out.append(name)
         else:
             log.info("%s is not installed; not reporting to it", name)

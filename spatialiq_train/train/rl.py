@@ -5,7 +5,8 @@ Recipe keys -> TRL: clip-higher `rl.epsilon`/`rl.epsilon_high` -> `epsilon`/`eps
 TRL loads from the same path as the policy, i.e. the SFT-CoT initialisation; overlong reward shaping
 `rl.overlong` -> `trl.rewards.get_soft_overlong_punishment` as an extra reward term; dynamic sampling
 `rl.dynamic_sampling` -> `DynamicSamplingGRPOTrainer`. Generation uses colocated vLLM when it is installed and
-the recipe asks for it, else transformers' `generate`.
+the recipe's `vllm` section asks for it, else transformers' `generate`. The shared phase runner (`train.phase`) does
+the rest: optimizer section, validation, resume, export.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.recipes import Recipe
-from spatialiq_train.train import common
+from spatialiq_train.recipes import VLLM_TO_GRPO, Recipe
+from spatialiq_train.train import common, phase
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ def reward_setup(recipe: Recipe, base: Sequence[tuple[Callable[..., Any], float]
     if recipe.rl.overlong.enabled:
         from trl.rewards import get_soft_overlong_punishment
 
-        max_len, buffer = recipe.generation.max_completion_length, recipe.rl.overlong.buffer_length
+        over = recipe.rl.overlong
+        max_len, buffer = over.max_response_length or recipe.generation.max_completion_length, over.buffer_length
         shaping = get_soft_overlong_punishment(max_len, buffer)
         pairs.append((shaping, recipe.rl.overlong.penalty))
         filter_mask.append(False)
@@ -61,48 +63,59 @@ def reward_setup(recipe: Recipe, base: Sequence[tuple[Callable[..., Any], float]
 
 
 def vllm_usable(recipe: Recipe) -> bool:
-    return recipe.rl.use_vllm and common.on_gpu(recipe) and importlib.util.find_spec("vllm") is not None
+    return recipe.vllm.enabled and common.on_gpu(recipe) and importlib.util.find_spec("vllm") is not None
+
+
+def vllm_args(recipe: Recipe) -> dict[str, Any]:
+    """`use_vllm` and the `vllm` section as trl.GRPOConfig keywords (VLLM_TO_GRPO, one to one)."""
+    if not vllm_usable(recipe):
+        return {"use_vllm": False}
+    v = recipe.vllm.model_dump()
+    return {"use_vllm": True, **{grpo: v[key] for key, grpo in VLLM_TO_GRPO.items()}}
+
+
+def _grpo_kwargs(recipe: Recipe, reward_weights: list[float]) -> dict[str, Any]:
+    r, g = recipe.rl, recipe.generation
+    keys = ("steps_per_generation", "num_generations", "num_iterations", "loss_type", "epsilon", "epsilon_high",
+            "beta", "scale_rewards", "mask_truncated_completions")
+    return {**{k: getattr(r, k) for k in keys}, **g.model_dump(), **vllm_args(recipe),
+            "reward_weights": reward_weights, "log_completions": False}
+
+
+def _config_class(**kwargs: Any) -> Any:
+    from trl import GRPOConfig
+
+    return GRPOConfig(**kwargs)
+
+
+def _make_trainer(recipe: Recipe, rewards: RewardSetup) -> Any:
+    def make(model_path: str, args: Any, train_dataset: Any, eval_dataset: Any, processor: Any,
+             callbacks: list[Any]) -> Any:
+        from spatialiq_train.train.dynamic_sampling import build_dynamic_sampling_trainer_class
+
+        ds = recipe.rl.dynamic_sampling
+        return build_dynamic_sampling_trainer_class()(
+            model=model_path,  # a path, so TRL can build the reference model from it when beta > 0
+            reward_funcs=rewards.funcs, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+            processing_class=processor, peft_config=common.lora_config(recipe), callbacks=callbacks,
+            dynamic_sampling=ds.enabled, max_refill_rounds=ds.max_refill_rounds,
+            filter_reward_mask=rewards.filter_mask)
+
+    return make
+
+
+def rl_phase(recipe: Recipe, rewards: RewardSetup | None = None) -> phase.PhaseSpec:
+    rewards = rewards or reward_setup(recipe)
+    return phase.PhaseSpec(name="rl", config_class=_config_class,
+                           phase_kwargs=lambda r: _grpo_kwargs(r, rewards.weights),
+                           make_trainer=_make_trainer(recipe, rewards),
+                           eval_batch_size=lambda r: r.rl.num_generations)
 
 
 def grpo_config(recipe: Recipe, output_dir: str | Path, reward_weights: list[float]) -> Any:
-    """The TRL `GRPOConfig` for the recipe's `rl` and `generation` sections."""
-    from trl import GRPOConfig
-
-    r, g = recipe.rl, recipe.generation
-    use_vllm = vllm_usable(recipe)
-    extra: dict[str, Any] = {}
-    if use_vllm:
-        extra = {"vllm_mode": r.vllm_mode, "vllm_gpu_memory_utilization": r.vllm_gpu_memory_utilization}
-    return GRPOConfig(
-        **common.trainer_common(recipe, Path(output_dir), r.gradient_checkpointing),
-        **extra,
-        learning_rate=r.learning_rate,
-        lr_scheduler_type=r.lr_scheduler_type,
-        warmup_steps=r.warmup_steps,
-        num_train_epochs=r.num_train_epochs,
-        max_steps=r.max_steps,
-        per_device_train_batch_size=r.per_device_train_batch_size,
-        gradient_accumulation_steps=r.gradient_accumulation_steps,
-        steps_per_generation=r.steps_per_generation,
-        num_generations=r.num_generations,
-        num_iterations=r.num_iterations,
-        loss_type=r.loss_type,
-        epsilon=r.epsilon,
-        epsilon_high=r.epsilon_high,
-        beta=r.beta,
-        scale_rewards=r.scale_rewards,
-        mask_truncated_completions=r.mask_truncated_completions,
-        weight_decay=r.weight_decay,
-        max_grad_norm=r.max_grad_norm,
-        max_completion_length=g.max_completion_length,
-        temperature=g.temperature,
-        top_p=g.top_p,
-        top_k=g.top_k,
-        use_vllm=use_vllm,
-        reward_weights=reward_weights,
-        model_init_kwargs=common.model_init_kwargs(recipe),
-        log_completions=False,
-    )
+    """The TRL `GRPOConfig` for the recipe's `rl`, `vllm` and `generation` sections."""
+    weights_only = RewardSetup(funcs=[], weights=list(reward_weights), filter_mask=[])
+    return phase.phase_config(rl_phase(recipe, weights_only), recipe, output_dir)
 
 
 def build_rl_trainer(
@@ -112,31 +125,11 @@ def build_rl_trainer(
     output_dir: str | Path,
     rewards: RewardSetup | None = None,
     callbacks: list[Any] | None = None,
+    eval_dataset: Any = None,
 ) -> tuple[Any, Any]:
     """(DynamicSamplingGRPOTrainer, processor). `model_path` is the policy init and the KL reference."""
-    from spatialiq_train.train.dynamic_sampling import build_dynamic_sampling_trainer_class
-    from spatialiq_train.train.logging import make_metrics_callback
-
-    out = Path(output_dir)
-    rewards = rewards or reward_setup(recipe)
-    processor = common.load_processor_for(recipe, model_path)
-    trainer_cls = build_dynamic_sampling_trainer_class()
-    ds = recipe.rl.dynamic_sampling
-    trainer = trainer_cls(
-        model=model_path,  # a path, so TRL can build the reference model from it when beta > 0
-        reward_funcs=rewards.funcs,
-        args=grpo_config(recipe, out, rewards.weights),
-        train_dataset=train_dataset,
-        processing_class=processor,
-        peft_config=common.lora_config(recipe),
-        callbacks=[make_metrics_callback(out / "metrics.jsonl", "rl"), *(callbacks or [])],
-        dynamic_sampling=ds.enabled,
-        max_refill_rounds=ds.max_refill_rounds,
-        filter_reward_mask=rewards.filter_mask,
-    )
-    if recipe.model.freeze_vision:
-        common.freeze_vision_tower(trainer.model)
-    return trainer, processor
+    return phase.build_phase_trainer(rl_phase(recipe, rewards), recipe, model_path, train_dataset, output_dir,
+                                     eval_dataset, callbacks)
 
 
 def run_rl(
@@ -147,19 +140,13 @@ def run_rl(
     final_dir: str | Path | None = None,
     rewards: RewardSetup | None = None,
     callbacks: list[Any] | None = None,
+    eval_dataset: Any = None,
 ) -> Path:
     """Train (resuming from the newest checkpoint under `output_dir`) and export to `final_dir`
     (default `output_dir/final`). The policy starts from `model_path`, else `rl.init_from`, else the base model."""
     from spatialiq_train.io import check_model_source
-    from spatialiq_train.train.data import load_split
 
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    d = recipe.data
     if model_path is None and recipe.rl.init_from is not None:
         model_path = check_model_source(recipe.rl.init_from, "rl.init_from")
-    model_path = model_path or common.ensure_base_model(recipe, out)
-    if train_dataset is None:
-        train_dataset = load_split(d.traces_dir, d.rl_split, d.data_root, "rl", d.max_examples)
-    trainer, processor = build_rl_trainer(recipe, model_path, train_dataset, out, rewards, callbacks)
-    return common.train_and_export(trainer, processor, out, Path(final_dir) if final_dir else None, "RL")
+    return phase.run_phase(rl_phase(recipe, rewards), recipe, output_dir, model_path, train_dataset, eval_dataset,
+                           final_dir, callbacks)

@@ -7,8 +7,10 @@ partition, under one run directory:
     DIR/final/       the trained policy (safetensors), loadable with AutoModelForImageTextToText
     DIR/recipe.yaml  the recipe as run (overrides applied)
 
-Rerunning the same command resumes: a finished SFT phase is skipped and each phase continues from its newest
-checkpoint. With `rl.init_from` set, that checkpoint is the SFT-CoT initialisation and the warm-up is skipped.
+Before the SFT phase starts, everything the RL phase needs is built and checked (`train.preflight`). Rerunning the
+same command resumes: a finished SFT phase is skipped and each phase continues from its newest checkpoint; RL-only
+recipe keys may change until the RL phase has started. With `rl.init_from` set, that checkpoint is the SFT-CoT
+initialisation and the warm-up is skipped.
 """
 
 from __future__ import annotations
@@ -38,12 +40,48 @@ def check_disjoint(traces_dir: str | Path, split_a: str, split_b: str) -> None:
         )
 
 
+RL_ONLY: tuple[str, ...] = ("description", "rl", "vllm", "generation", "reward", "eval", "data.rl_split")
+"""Recipe keys (and sections) the SFT phase does not read: they may change while the RL phase has not started."""
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def recipe_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ between two recipe dicts (added and removed keys included)."""
+    a, b = _flat(old), _flat(new)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k, object()) != b.get(k, object()))
+
+
+def _rl_only(key: str) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in RL_ONLY)
+
+
 def _write_run_recipe(recipe: Recipe, out: Path) -> None:
-    """Keep the recipe beside the run; a rerun with different settings is refused rather than mixed in."""
+    """Keep the recipe beside the run. A rerun may change RL-only keys (`RL_ONLY`) until the RL phase has started;
+    any other difference is refused, naming the keys that differ."""
+    import yaml
+
     path = out / "recipe.yaml"
     text = recipe_to_yaml(recipe)
     if path.is_file() and path.read_text(encoding="utf-8") != text:
-        raise RecipeError(f"{path} holds a different recipe; resume with the same recipe or pick a new --out")
+        diff = recipe_differences(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, yaml.safe_load(text))
+        blocking = [k for k in diff if not _rl_only(k)]
+        rl_started = common.last_checkpoint(out / "rl") is not None
+        if blocking or (diff and rl_started):
+            keys = blocking or diff
+            why = "they change the SFT phase" if blocking else "the RL phase has started"
+            raise RecipeError(f"{path} holds a different recipe: {', '.join(keys)} differ and {why}; resume with "
+                              f"the same recipe (only {', '.join(RL_ONLY)} may change before RL starts) or pick a "
+                              "new --out")
+        if diff:
+            log.info("%s: RL-only keys changed before the RL phase (%s); recipe updated", path, ", ".join(diff))
     atomic_write_text(path, text)
 
 
@@ -57,6 +95,8 @@ def run_dapo_tight(
     rl_callbacks: list[Any] | None = None,
 ) -> Path:
     """Run (or resume) both phases; returns DIR/final. Datasets default to the recipe's trace splits."""
+    from spatialiq_train.io import check_model_source
+    from spatialiq_train.train.preflight import check_rl_ready
     from spatialiq_train.train.rl import run_rl
     from spatialiq_train.train.sft import run_sft
 
@@ -68,12 +108,16 @@ def run_dapo_tight(
         check_disjoint(d.traces_dir, d.sft_split, d.rl_split)
     sft_final = out / "sft" / "final"
     if recipe.rl.init_from:
+        rl_model = check_model_source(recipe.rl.init_from, "rl.init_from")
+    else:  # the warm-up's output does not exist yet; its base has the same architecture
+        rl_model = common.ensure_base_model(recipe, out)
+    check_rl_ready(recipe, out / "rl", rl_model, rl_dataset, rl_rewards)
+    if recipe.rl.init_from:
         log.info("rl.init_from is set (%s): using it as the SFT-CoT initialisation, no warm-up", recipe.rl.init_from)
     elif (sft_final / "config.json").is_file():
         log.info("SFT warm-up already finished (%s); skipping to RL", sft_final)
     else:
-        base = common.ensure_base_model(recipe, out)
-        run_sft(recipe, out / "sft", model_path=base, train_dataset=sft_dataset, callbacks=sft_callbacks)
+        run_sft(recipe, out / "sft", model_path=rl_model, train_dataset=sft_dataset, callbacks=sft_callbacks)
     init = recipe.rl.init_from or str(sft_final)
     return run_rl(recipe, out / "rl", model_path=init, train_dataset=rl_dataset, final_dir=out / "final",
                   rewards=rl_rewards, callbacks=rl_callbacks)

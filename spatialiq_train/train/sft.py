@@ -1,42 +1,50 @@
 """Supervised fine-tuning of Qwen2.5-VL with TRL's SFTTrainer, loss on the assistant tokens only.
 
 Rows are conversational prompt-completion pairs with an `images` column (`train.data`), so TRL masks the
-prompt (system, user and image tokens) and trains on the completion, i.e. the assistant turn, only.
+prompt (system, user and image tokens) and trains on the completion, i.e. the assistant turn, only. The shared
+phase runner (`train.phase`) does the rest: optimizer section, validation, early stopping, resume, export.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
 from spatialiq_train.recipes import Recipe
-from spatialiq_train.train import common
+from spatialiq_train.train import common, phase
 
-log = logging.getLogger(__name__)
+
+def _sft_kwargs(recipe: Recipe) -> dict[str, Any]:
+    return {"max_length": recipe.sft.max_length, "completion_only_loss": recipe.sft.assistant_only_loss,
+            "remove_unused_columns": False}
+
+
+def _config_class(**kwargs: Any) -> Any:
+    from trl import SFTConfig
+
+    return SFTConfig(**kwargs)
+
+
+def _make_trainer(recipe: Recipe) -> Any:
+    def make(model_path: str, args: Any, train_dataset: Any, eval_dataset: Any, processor: Any,
+             callbacks: list[Any]) -> Any:
+        from trl import SFTTrainer
+
+        return SFTTrainer(model=model_path, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                          processing_class=processor, peft_config=common.lora_config(recipe), callbacks=callbacks)
+
+    return make
+
+
+def sft_phase(recipe: Recipe) -> phase.PhaseSpec:
+    return phase.PhaseSpec(name="sft", config_class=_config_class, phase_kwargs=_sft_kwargs,
+                           make_trainer=_make_trainer(recipe),
+                           eval_batch_size=lambda r: r.sft.optimizer.per_device_train_batch_size)
 
 
 def sft_config(recipe: Recipe, output_dir: str | Path) -> Any:
     """The TRL `SFTConfig` for the recipe's `sft` section."""
-    from trl import SFTConfig
-
-    s = recipe.sft
-    return SFTConfig(
-        **common.trainer_common(recipe, Path(output_dir), s.gradient_checkpointing),
-        learning_rate=s.learning_rate,
-        lr_scheduler_type=s.lr_scheduler_type,
-        warmup_steps=s.warmup_steps,
-        num_train_epochs=s.num_train_epochs,
-        max_steps=s.max_steps,
-        per_device_train_batch_size=s.per_device_train_batch_size,
-        gradient_accumulation_steps=s.gradient_accumulation_steps,
-        weight_decay=s.weight_decay,
-        max_grad_norm=s.max_grad_norm,
-        max_length=s.max_length,
-        completion_only_loss=s.assistant_only_loss,
-        model_init_kwargs=common.model_init_kwargs(recipe),
-        remove_unused_columns=False,
-    )
+    return phase.phase_config(sft_phase(recipe), recipe, output_dir)
 
 
 def build_sft_trainer(
@@ -48,24 +56,8 @@ def build_sft_trainer(
     callbacks: list[Any] | None = None,
 ) -> tuple[Any, Any]:
     """(SFTTrainer, processor) for `model_path` (a directory with safetensors weights or a hub id)."""
-    from trl import SFTTrainer
-
-    from spatialiq_train.train.logging import make_metrics_callback
-
-    out = Path(output_dir)
-    processor = common.load_processor_for(recipe, model_path)
-    trainer = SFTTrainer(
-        model=model_path,
-        args=sft_config(recipe, out),
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        processing_class=processor,
-        peft_config=common.lora_config(recipe),
-        callbacks=[make_metrics_callback(out / "metrics.jsonl", "sft"), *(callbacks or [])],
-    )
-    if recipe.model.freeze_vision:
-        common.freeze_vision_tower(trainer.model)
-    return trainer, processor
+    return phase.build_phase_trainer(sft_phase(recipe), recipe, model_path, train_dataset, output_dir,
+                                     eval_dataset, callbacks)
 
 
 def run_sft(
@@ -79,13 +71,5 @@ def run_sft(
 ) -> Path:
     """Train (resuming from the newest checkpoint under `output_dir`) and export to `final_dir` (default
     `output_dir/final`). Datasets default to the recipe's `data.sft_split` / `data.eval_split`."""
-    from spatialiq_train.train.data import load_split
-
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    d = recipe.data
-    model_path = model_path or common.ensure_base_model(recipe, out)
-    if train_dataset is None:
-        train_dataset = load_split(d.traces_dir, d.sft_split, d.data_root, "sft", d.max_examples)
-    trainer, processor = build_sft_trainer(recipe, model_path, train_dataset, out, eval_dataset, callbacks)
-    return common.train_and_export(trainer, processor, out, Path(final_dir) if final_dir else None, "SFT")
+    return phase.run_phase(sft_phase(recipe), recipe, output_dir, model_path, train_dataset, eval_dataset,
+                           final_dir, callbacks)

@@ -30,8 +30,8 @@ def test_grpo_with_colocated_vllm_two_steps(vllm_tiny: Path, tmp_path: Path) -> 
     from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
 
     traces = write_traces(tmp_path, "rl", 16, np.random.default_rng(0), answer=lambda i: i)
-    recipe = tiny_recipe(["run.device=cuda", "model.dtype=bfloat16", "rl.use_vllm=true", "rl.vllm_mode=colocate",
-                          "rl.vllm_gpu_memory_utilization=0.2", "rl.max_steps=2", f"rl.num_generations={G}",
+    recipe = tiny_recipe(["run.device=cuda", "model.dtype=bfloat16", "vllm.enabled=true", "vllm.mode=colocate",
+                          "vllm.gpu_memory_utilization=0.2", "rl.max_steps=2", f"rl.num_generations={G}",
                           f"rl.per_device_train_batch_size={2 * G}", "generation.max_completion_length=16",
                           "logging.save_steps=100"])
     trainer, _ = build_rl_trainer(recipe, str(vllm_tiny), load_split(traces, "rl", tmp_path, "rl"), tmp_path / "rl",
@@ -43,8 +43,8 @@ def test_grpo_with_colocated_vllm_two_steps(vllm_tiny: Path, tmp_path: Path) -> 
     wall = time.perf_counter() - t0
     rows = read_metrics(tmp_path / "rl" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
-    assert all(math.isfinite(r["loss"]) for r in rows)
-    assert all(r["response_length"] > 0 for r in rows)  # vLLM produced completions
+    assert all(math.isfinite(r["train/loss"]) for r in rows)
+    assert all(r["rollout/length_mean"] > 0 for r in rows)  # vLLM produced completions
     assert model_digest(trainer.accelerator.unwrap_model(trainer.model)) != before
     record_figure("grpo-vllm", "2 steps wall s (after vLLM start)", round(wall, 1))
     record_figure("grpo-vllm", "refill rounds per step", [r.get("dynamic_sampling/refill_rounds") for r in rows])

@@ -1,0 +1,314 @@
+"""Recipe sections: typed pydantic models, one per YAML section (the `Recipe` itself is in `recipes`).
+
+Every section forbids unknown keys. Counts and switches are strict (`max_steps: true` is refused, not read as 1);
+numbers refuse booleans but accept YAML's `1e-6` (a string in YAML 1.1). The SFT and RL phases share one
+`OptimizerSection` type (`sft.optimizer`, `rl.optimizer`) and one `ValidationSection` type.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+
+
+def _no_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+def _steps_or_epochs(value: int) -> int:
+    if value == 0 or value < -1:
+        raise ValueError("must be a positive number of steps, or -1 to train for num_train_epochs")
+    return value
+
+
+Num = Annotated[float, BeforeValidator(_no_bool)]
+"""A real number (int or float; `1e-6` strings from YAML accepted); booleans refused."""
+Count = StrictInt
+"""A whole number; booleans and floats refused."""
+Flag = StrictBool
+"""true or false only (no 0/1, no "yes")."""
+MaxSteps = Annotated[StrictInt, AfterValidator(_steps_or_epochs)]
+"""``max_steps``: a positive step budget, or -1 (transformers' convention) to train by epochs."""
+Split = Literal["train", "val", "warmup", "rl"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraSection(_Section):
+    """LoRA adapters via peft; disabled means full fine-tuning."""
+
+    enabled: Flag = False
+    r: Count = Field(16, gt=0)
+    alpha: Count = Field(32, gt=0)
+    dropout: Num = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+class ModelSection(_Section):
+    name_or_path: str = "Qwen/Qwen2.5-VL-7B-Instruct"
+    """Hub id or local directory (safetensors) of the policy to start from."""
+    tiny: Flag = False
+    """Build the offline tiny Qwen2.5-VL (spatialiq_train.tiny) instead of loading `name_or_path`."""
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    """auto: bfloat16 on GPU, float32 on CPU."""
+    attn_implementation: str | None = None
+    min_pixels: Count = Field(56 * 56, gt=0)
+    max_pixels: Count = Field(448 * 448, gt=0)
+    freeze_vision: Flag = False
+    lora: LoraSection = Field(default_factory=LoraSection)
+
+
+class DataSection(_Section):
+    traces_dir: str = "data/traces/cot"
+    """Folder holding train.jsonl, val.jsonl, warmup.jsonl and rl.jsonl from `spatialiq traces`."""
+    data_root: str = "data/train"
+    """Dataset root that the image paths in the traces are relative to."""
+    sft_split: Split = "train"
+    rl_split: Split = "rl"
+    eval_split: Split | None = "val"
+    """Held-out split: validation during training (`*.validation`) and the eval area sample it."""
+    max_examples: Count | None = Field(None, gt=0)
+    """Cap on rows read per split (None = all)."""
+
+
+class OptimizerSection(_Section):
+    """AdamW, its schedule and the batch/step budget of one phase; the keys are TrainingArguments' names."""
+
+    learning_rate: Num = Field(1e-5, gt=0)
+    lr_scheduler_type: str = "constant"
+    warmup_steps: Num = Field(0, ge=0)
+    """Below 1: fraction of the total steps; from 1: a number of steps."""
+    warmup_start_factor: Num = Field(0.0, ge=0, lt=1)
+    """Linear warm-up starts at this fraction of the learning rate (needs lr_scheduler_type constant_with_warmup
+    when above 0; TRL cannot express it, the phase runner installs the schedule)."""
+    num_train_epochs: Num = Field(1.0, gt=0)
+    max_steps: MaxSteps = -1
+    per_device_train_batch_size: Count = Field(1, gt=0)
+    gradient_accumulation_steps: Count = Field(1, gt=0)
+    weight_decay: Num = Field(0.0, ge=0)
+    adam_beta1: Num = Field(0.9, ge=0, lt=1)
+    adam_beta2: Num = Field(0.999, ge=0, lt=1)
+    max_grad_norm: Num = Field(1.0, gt=0)
+    gradient_checkpointing: Flag | None = None
+    """None: on for GPU runs, off on CPU."""
+
+    @model_validator(mode="after")
+    def _warm_start_schedule(self) -> OptimizerSection:
+        if self.warmup_start_factor > 0 and self.lr_scheduler_type != "constant_with_warmup":
+            raise ValueError(f"warmup_start_factor {self.warmup_start_factor} needs lr_scheduler_type "
+                             f"constant_with_warmup (got {self.lr_scheduler_type!r})")
+        return self
+
+
+OPTIMIZER_KEYS: tuple[str, ...] = tuple(OptimizerSection.model_fields)
+
+
+class ValidationSection(_Section):
+    """Validation on `data.eval_split` during a phase, and early stopping on it."""
+
+    every_steps: Count | None = Field(None, gt=0)
+    """Validate every this many optimizer steps (None: no validation)."""
+    max_samples: Count | None = Field(None, gt=0)
+    """Rows of the split used (None: all)."""
+    early_stopping_patience: Count | None = Field(None, gt=0)
+    """Stop after this many validations without improvement (None: never stop early); the best checkpoint is
+    loaded at the end."""
+    early_stopping_min_delta: Num = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _needs_validation(self) -> ValidationSection:
+        if self.early_stopping_patience is not None and self.every_steps is None:
+            raise ValueError("early_stopping_patience needs every_steps (early stopping reads the validations)")
+        return self
+
+
+class _PhaseSection(_Section):
+    """A training phase: its optimizer and validation. Optimizer keys written flat (`rl.learning_rate`, the
+    spelling before the optimizer section) still load, into `rl.optimizer`, and still read as attributes."""
+
+    OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {}
+    optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
+    validation: ValidationSection = Field(default_factory=ValidationSection)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _optimizer_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        flat = {key: data.pop(key) for key in list(data) if key in OPTIMIZER_KEYS}
+        nested = data.get("optimizer", {})
+        if not isinstance(nested, dict):
+            return data if not flat else {**data, "optimizer": nested}
+        both = sorted(flat.keys() & nested.keys())
+        if both:
+            raise ValueError(f"{both[0]} is set twice, flat and under optimizer; keep optimizer.{both[0]}")
+        data["optimizer"] = {**cls.OPTIMIZER_DEFAULTS, **flat, **nested}
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        if name in OPTIMIZER_KEYS:
+            return getattr(self.optimizer, name)
+        return super().__getattr__(name)  # type: ignore[misc]
+
+
+class SFTSection(_PhaseSection):
+    OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {
+        "learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03, "gradient_accumulation_steps": 8}
+    max_length: Count | None = Field(None, gt=0)
+    """None: never truncate (truncation could cut image tokens)."""
+    assistant_only_loss: Flag = True
+
+
+class DynamicSamplingSection(_Section):
+    """DAPO dynamic sampling: drop groups whose rewards do not vary, refill from new prompts."""
+
+    enabled: Flag = True
+    max_refill_rounds: Count = Field(10, ge=0)
+    """Extra generation rounds per batch before the remaining slots are filled with masked groups (the number of
+    generation batches is at most max_refill_rounds + 1)."""
+
+
+class OverlongSection(_Section):
+    """DAPO soft overlong punishment (trl.rewards.get_soft_overlong_punishment)."""
+
+    enabled: Flag = True
+    buffer_length: Count = Field(256, gt=0)
+    """Completions longer than max_response_length - buffer_length are penalised linearly up to -penalty."""
+    max_response_length: Count | None = Field(None, gt=0)
+    """Where the penalty window ends (None: generation.max_completion_length). The released configuration sets
+    the total sequence budget (2048) with a 512 buffer, so at 1024 new tokens the window is never reached."""
+    penalty: Num = Field(1.0, ge=0)
+
+
+class RLSection(_PhaseSection):
+    OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {
+        "learning_rate": 5e-7, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 10,
+        "per_device_train_batch_size": 4, "gradient_accumulation_steps": 4}
+    init_from: str | None = None
+    """SFT-CoT checkpoint the policy starts from and the KL reference anchors to (None = model.name_or_path)."""
+    steps_per_generation: Count | None = Field(None, gt=0)
+    """Optimizer micro-steps served by one generation batch (None: gradient_accumulation_steps)."""
+    num_generations: Count = Field(16, ge=2)
+    num_iterations: Count = Field(1, gt=0)
+    loss_type: Literal["dapo", "grpo", "bnpo", "dr_grpo"] = "dapo"
+    epsilon: Num = Field(0.2, gt=0)
+    epsilon_high: Num = Field(0.28, gt=0)
+    beta: Num = Field(0.05, ge=0)
+    kl_estimator: Literal["k3"] = "k3"
+    """TRL's per-token KL is Schulman's k3 estimator; kept explicit so the recipe says what it gets."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    mask_truncated_completions: Flag = False
+    dynamic_sampling: DynamicSamplingSection = Field(default_factory=DynamicSamplingSection)
+    overlong: OverlongSection = Field(default_factory=OverlongSection)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RLSection:
+        if self.epsilon_high < self.epsilon:
+            raise ValueError(f"rl.epsilon_high ({self.epsilon_high}) must be >= rl.epsilon ({self.epsilon})")
+        if self.validation.early_stopping_patience is not None:
+            raise ValueError("rl.validation.early_stopping_patience: TRL's GRPO validation reward is not a metric the "
+                             "Trainer can select on; leave it null (the released RL config disables it too)")
+        opt = self.optimizer
+        per_device = opt.per_device_train_batch_size * (self.steps_per_generation or opt.gradient_accumulation_steps)
+        if per_device % self.num_generations:
+            raise ValueError(
+                f"rl.per_device_train_batch_size x rl.steps_per_generation (default: gradient_accumulation_steps) = "
+                f"{per_device} must be a multiple of rl.num_generations = {self.num_generations}: each device "
+                "generates whole groups (needed by dynamic sampling)"
+            )
+        return self
+
+
+class VllmSection(_Section):
+    """vLLM rollouts; each key but `enabled` is one trl.GRPOConfig field (see VLLM_TO_GRPO)."""
+
+    enabled: Flag = True
+    """Used only when vllm is importable and a GPU is present; otherwise rollouts use transformers."""
+    mode: Literal["colocate", "server"] = "colocate"
+    gpu_memory_utilization: Num = Field(0.3, gt=0, le=1)
+    tensor_parallel_size: Count = Field(1, gt=0)
+    max_model_len: Count | None = Field(None, gt=0)
+    """Prompt + completion token budget of the engine (None: the model's own maximum)."""
+    enable_sleep_mode: Flag = False
+    """Colocate mode: offload vLLM's weights and cache during the optimizer step."""
+    server_host: str = "0.0.0.0"
+    """Server mode: where `trl vllm-serve` listens."""
+    server_port: Count = Field(8000, gt=0, le=65535)
+
+
+VLLM_TO_GRPO: dict[str, str] = {
+    "mode": "vllm_mode",
+    "gpu_memory_utilization": "vllm_gpu_memory_utilization",
+    "tensor_parallel_size": "vllm_tensor_parallel_size",
+    "max_model_len": "vllm_max_model_length",
+    "enable_sleep_mode": "vllm_enable_sleep_mode",
+    "server_host": "vllm_server_host",
+    "server_port": "vllm_server_port",
+}
+"""`vllm.<key>` -> `trl.GRPOConfig` field, one to one."""
+
+
+class GenerationSection(_Section):
+    """Rollout sampling during RL."""
+
+    max_completion_length: Count = Field(1024, gt=0)
+    temperature: Num = Field(1.0, gt=0)
+    top_p: Num = Field(1.0, gt=0, le=1)
+    top_k: Count = Field(0, ge=0)
+
+
+class RewardSection(_Section):
+    weights: dict[str, Num] = Field(default_factory=lambda: {"format": 0.1, "integer_distance": 0.9})
+    """Reward name (reward.registry, or a dotted `pkg.module:function`) -> weight."""
+
+    @field_validator("weights")
+    @classmethod
+    def _usable_weights(cls, weights: dict[str, float]) -> dict[str, float]:
+        if not weights:
+            raise ValueError("name at least one reward, e.g. {format: 0.1, integer_distance: 0.9}")
+        for name, weight in weights.items():
+            if not math.isfinite(weight):
+                raise ValueError(f"weight of {name!r} is {weight}; weights must be finite numbers")
+        if not any(w > 0 for w in weights.values()):
+            raise ValueError(f"no positive weight in {weights}; at least one reward must count")
+        return weights
+
+
+class EvalSamplingSection(_Section):
+    k: Count = Field(10, gt=0)
+    temperature: Num = Field(1.0, ge=0)
+    top_p: Num = Field(1.0, gt=0, le=1)
+    max_new_tokens: Count = Field(1024, gt=0)
+
+
+class LoggingSection(_Section):
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=lambda: ["tensorboard"])
+    """Used only for the integrations that are installed."""
+    wandb_project: str = "spatialiq"
+    wandb_mode: Literal["offline", "online"] = "offline"
+    logging_steps: Count = Field(1, gt=0)
+    save_steps: Count = Field(100, gt=0)
+    save_total_limit: Count | None = Field(2, gt=0)
+
+
+class RunSection(_Section):
+    output_dir: str = "runs/default"
+    seed: Count = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"

@@ -1,0 +1,175 @@
+"""One training phase, used by SFT and RL alike: TRL arguments from the recipe, the trainer with our callbacks,
+validation and early stopping, the warm-start schedule, resume, train and export.
+
+A phase is described by a `PhaseSpec`: its name (`sft` or `rl`, also the recipe section it reads), the trace
+split it trains on, the TRL config class and a function that builds the TRL trainer. Everything else is shared.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from spatialiq_train.recipe_sections import OptimizerSection, ValidationSection, _PhaseSection
+from spatialiq_train.recipes import Recipe
+from spatialiq_train.train import common
+
+log = logging.getLogger(__name__)
+
+PhaseName = Literal["sft", "rl"]
+NOT_TRL_ARGS = ("warmup_start_factor", "gradient_checkpointing")
+"""Optimizer keys that are not passed to TRL under their own name (the phase applies them)."""
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """What differs between the SFT and RL phases."""
+
+    name: PhaseName
+    config_class: Callable[..., Any]
+    """trl.SFTConfig or trl.GRPOConfig (or a function with its keyword arguments)."""
+    phase_kwargs: Callable[[Recipe], dict[str, Any]]
+    """The config arguments only this phase has (completion-only loss; GRPO's clip, KL, rollout keys ...)."""
+    make_trainer: Callable[..., Any]
+    """(model_path, args, train_dataset, eval_dataset, processor, callbacks) -> TRL trainer."""
+    eval_batch_size: Callable[[Recipe], int]
+
+
+def section_of(recipe: Recipe, name: PhaseName) -> _PhaseSection:
+    return recipe.sft if name == "sft" else recipe.rl
+
+
+def split_of(recipe: Recipe, name: PhaseName) -> str:
+    return recipe.data.sft_split if name == "sft" else recipe.data.rl_split
+
+
+def optimizer_args(opt: OptimizerSection) -> dict[str, Any]:
+    """The optimizer section as TrainingArguments keywords (same names, one to one)."""
+    return opt.model_dump(exclude=set(NOT_TRL_ARGS))
+
+
+def validation_args(val: ValidationSection, eval_batch_size: int) -> dict[str, Any]:
+    """Evaluation keywords: every `every_steps` steps; with early stopping, the best checkpoint (lowest
+    eval_loss) is kept and loaded at the end."""
+    if val.every_steps is None:
+        return {"eval_strategy": "no"}
+    out: dict[str, Any] = {"eval_strategy": "steps", "eval_steps": val.every_steps,
+                           "per_device_eval_batch_size": eval_batch_size}
+    if val.early_stopping_patience is not None:
+        out.update(metric_for_best_model="eval_loss", greater_is_better=False, load_best_model_at_end=True)
+    return out
+
+
+def phase_config(spec: PhaseSpec, recipe: Recipe, output_dir: str | Path) -> Any:
+    """The TRL config of the phase: shared TrainingArguments, the optimizer section, validation, phase keys."""
+    section = section_of(recipe, spec.name)
+    opt = section.optimizer
+    return spec.config_class(
+        **common.trainer_common(recipe, Path(output_dir), opt.gradient_checkpointing),
+        **optimizer_args(opt),
+        **validation_args(section.validation, spec.eval_batch_size(recipe)),
+        **spec.phase_kwargs(recipe),
+        model_init_kwargs=common.model_init_kwargs(recipe),
+    )
+
+
+def warmup_factor(step: int, warmup_steps: int, start_factor: float) -> float:
+    """Learning-rate multiplier: linear from `start_factor` to 1 over `warmup_steps`, then 1 (constant)."""
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return 1.0
+    return start_factor + (1.0 - start_factor) * step / warmup_steps
+
+
+def install_warm_start(trainer: Any, start_factor: float) -> None:
+    """Make `trainer` build a LambdaLR of `warmup_factor` instead of transformers' warm-up from 0."""
+    from torch.optim.lr_scheduler import LambdaLR
+
+    def create_scheduler(num_training_steps: int, optimizer: Any = None) -> Any:
+        if trainer.lr_scheduler is None:
+            warmup = trainer.args.get_warmup_steps(num_training_steps)
+            factor = functools.partial(warmup_factor, warmup_steps=warmup, start_factor=start_factor)
+            trainer.lr_scheduler = LambdaLR(optimizer if optimizer is not None else trainer.optimizer, factor)
+            trainer._created_lr_scheduler = True
+        return trainer.lr_scheduler
+
+    trainer.create_scheduler = create_scheduler
+
+
+def _phase_callbacks(recipe: Recipe, name: PhaseName, out: Path) -> list[Any]:
+    from spatialiq_train.train.logging import make_metrics_callback
+
+    callbacks = [make_metrics_callback(out / "metrics.jsonl", name, common.reporting(recipe),
+                                       recipe.logging.wandb_project)]
+    val = section_of(recipe, name).validation
+    if val.early_stopping_patience is not None:
+        from transformers import EarlyStoppingCallback
+
+        callbacks.append(EarlyStoppingCallback(val.early_stopping_patience, val.early_stopping_min_delta))
+    return callbacks
+
+
+def build_phase_trainer(
+    spec: PhaseSpec,
+    recipe: Recipe,
+    model_path: str,
+    train_dataset: Any,
+    output_dir: str | Path,
+    eval_dataset: Any = None,
+    callbacks: list[Any] | None = None,
+) -> tuple[Any, Any]:
+    """(trainer, processor) for the phase, `model_path` being the policy to start from."""
+    out = Path(output_dir)
+    processor = common.load_processor_for(recipe, model_path)
+    args = phase_config(spec, recipe, out)
+    all_callbacks = [*_phase_callbacks(recipe, spec.name, out), *(callbacks or [])]
+    trainer = spec.make_trainer(model_path, args, train_dataset, eval_dataset, processor, all_callbacks)
+    if recipe.model.freeze_vision:
+        common.freeze_vision_tower(trainer.model)
+    start = section_of(recipe, spec.name).optimizer.warmup_start_factor
+    if start > 0:
+        install_warm_start(trainer, start)
+    return trainer, processor
+
+
+def phase_datasets(recipe: Recipe, name: PhaseName, train_dataset: Any, eval_dataset: Any) -> tuple[Any, Any]:
+    """The phase's training split and, when it validates, its validation rows (defaults from the recipe)."""
+    from spatialiq_train.train.data import load_split
+
+    d = recipe.data
+    if train_dataset is None:
+        train_dataset = load_split(d.traces_dir, split_of(recipe, name), d.data_root, name, d.max_examples)
+    val = section_of(recipe, name).validation
+    if eval_dataset is None and val.every_steps is not None and d.eval_split is not None:
+        limit = min(x for x in (val.max_samples, d.max_examples, 1 << 62) if x is not None)
+        eval_dataset = load_split(d.traces_dir, d.eval_split, d.data_root, name, limit)
+    return train_dataset, eval_dataset
+
+
+def run_phase(
+    spec: PhaseSpec,
+    recipe: Recipe,
+    output_dir: str | Path,
+    model_path: str | None = None,
+    train_dataset: Any = None,
+    eval_dataset: Any = None,
+    final_dir: str | Path | None = None,
+    callbacks: list[Any] | None = None,
+) -> Path:
+    """Train the phase (resuming from the newest checkpoint under `output_dir`, weights included) and export the
+    policy to `final_dir` (default `output_dir/final`; a LoRA adapter is kept in `output_dir/adapter`)."""
+    from spatialiq_train.train.export import export_final
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model_path = model_path or common.ensure_base_model(recipe, out)
+    train_dataset, eval_dataset = phase_datasets(recipe, spec.name, train_dataset, eval_dataset)
+    trainer, processor = build_phase_trainer(spec, recipe, model_path, train_dataset, out, eval_dataset, callbacks)
+    resume = common.resume_from(trainer, out)
+    if resume:
+        log.info("resuming %s from %s", spec.name, resume)
+    trainer.train(resume_from_checkpoint=resume)
+    return export_final(trainer, processor, Path(final_dir) if final_dir else out / "final", out / "adapter")

@@ -1,0 +1,97 @@
+"""Checks that run before any training: reward names, and everything the RL phase needs, so that a two-phase
+run fails in seconds rather than after its SFT warm-up.
+
+`check_reward_names` is what `recipes validate` runs: registered names are looked up, a dotted path
+(`pkg.module:function`) is checked for its form only unless `import_modules` is true, because importing a module
+runs its code (`this:x` would run `import this`). Training always imports them. `check_rl_ready` builds the RL
+reward functions and scores one sample row with them, reads the RL split, loads the policy's model config, and
+builds the GRPO config.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from spatialiq_train.errors import UserError
+from spatialiq_train.recipes import Recipe, RecipeError
+
+log = logging.getLogger(__name__)
+
+DOTTED = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
+"""A dotted reward path, `pkg.module:function` (the form reward.registry accepts)."""
+SAMPLE_COMPLETION = "<answer>0</answer>"
+
+
+class PreflightError(UserError):
+    """Something the RL phase needs is missing or broken; the message names it and what would be right."""
+
+
+def check_reward_names(recipe: Recipe, source: str, import_modules: bool = False) -> None:
+    """Every `reward.weights` name is a registered reward, or a dotted path (imported only with `import_modules`)."""
+    from reward.registry import get_reward, valid_names
+
+    known = set(valid_names())
+    for name in recipe.reward.weights:
+        if name in known:
+            continue
+        if DOTTED.fullmatch(name) and not import_modules:
+            log.info("%s: reward %r is a dotted path; not imported (pass --import-rewards to import it)", source, name)
+            continue
+        try:
+            get_reward(name)
+        except ValueError as exc:
+            raise RecipeError(f"{source}: reward.weights.{name}: {exc}") from None
+
+
+def _columns_of(row: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: [v] for k, v in row.items() if k not in ("prompt", "images", "completion")}
+
+
+def check_rewards_on_row(rewards: Any, row: dict[str, Any], where: str) -> None:
+    """Score one sample completion of `row` with every reward function; each must give one number (or None)."""
+    completion = [{"role": "assistant", "content": SAMPLE_COMPLETION}]
+    for fn in rewards.funcs:
+        name = getattr(fn, "__name__", repr(fn))
+        try:
+            out = fn(prompts=[row.get("prompt")], completions=[completion], completion_ids=[[0, 1, 2]],
+                     **_columns_of(row))
+        except Exception as exc:  # noqa: BLE001 - any failure here would stop the RL phase; name it now
+            raise PreflightError(f"reward {name!r} fails on {where} ({type(exc).__name__}: {exc}); fix the reward "
+                                 "or its columns before training") from exc
+        values = list(out) if isinstance(out, list | tuple) else None
+        if values is None or len(values) != 1 or not (values[0] is None or isinstance(values[0], int | float)):
+            raise PreflightError(f"reward {name!r} returned {out!r} for one completion of {where}; a TRL reward "
+                                 "returns a list with one number (or None) per completion")
+        if values[0] is not None and not math.isfinite(values[0]):
+            raise PreflightError(f"reward {name!r} returned {values[0]} on {where}; rewards must be finite")
+
+
+def check_model_config(model_path: str, what: str) -> None:
+    """The policy's config loads (a folder with config.json, or a hub id in the local cache or reachable)."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(model_path)
+    except (OSError, ValueError) as exc:
+        raise PreflightError(f"{what} {model_path}: its model config does not load ({exc})") from None
+
+
+def check_rl_ready(recipe: Recipe, rl_dir: str | Path, model_path: str, rl_dataset: Any = None,
+                   rewards: Any = None) -> None:
+    """Build and check what the RL phase needs (rewards on a sample row, data, model config, GRPO config)."""
+    from spatialiq_train.train.data import load_split
+    from spatialiq_train.train.rl import grpo_config, reward_setup
+
+    d = recipe.data
+    rewards = rewards or reward_setup(recipe)
+    if rl_dataset is None:
+        rl_dataset = load_split(d.traces_dir, d.rl_split, d.data_root, "rl", 1)
+    where = f"the first row of the {d.rl_split!r} split"
+    check_rewards_on_row(rewards, rl_dataset[0], where)
+    check_model_config(model_path, "rl.init_from" if recipe.rl.init_from else "model")
+    grpo_config(recipe, rl_dir, rewards.weights)
+    log.info("RL preflight passed: %d reward functions, data, model config and GRPO config", len(rewards.funcs))

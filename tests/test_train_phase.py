@@ -1,0 +1,141 @@
+"""The shared phase runner: one optimizer section for SFT and RL mapped one to one onto TrainingArguments, the
+old flat spelling still loading, the warm-start schedule, validation arguments and the LoRA export."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
+
+from spatialiq_train.recipes import OPTIMIZER_KEYS, RecipeError, recipe_from_dict
+from spatialiq_train.train.phase import NOT_TRL_ARGS, warmup_factor
+
+one_thread()
+
+
+def test_every_optimizer_key_is_a_training_arguments_field() -> None:
+    from transformers import TrainingArguments
+
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    passed = [k for k in OPTIMIZER_KEYS if k not in NOT_TRL_ARGS]
+    assert passed and not [k for k in passed if k not in fields]
+
+
+def test_flat_and_nested_optimizer_spellings_load_alike() -> None:
+    flat = recipe_from_dict({"name": "x", "rl": {"learning_rate": 1e-6, "weight_decay": 0.01}})
+    nested = recipe_from_dict({"name": "x", "rl": {"optimizer": {"learning_rate": 1e-6, "weight_decay": 0.01}}})
+    assert flat == nested
+    assert flat.rl.optimizer.learning_rate == flat.rl.learning_rate == 1e-6
+    assert flat.rl.optimizer.lr_scheduler_type == "constant_with_warmup"  # the RL phase default is kept
+    assert recipe_from_dict({"name": "x", "sft": {"optimizer": {"weight_decay": 0.01}}}).sft.learning_rate == 2e-5
+    with pytest.raises(RecipeError, match="set twice.*keep optimizer.learning_rate"):
+        recipe_from_dict({"name": "x", "sft": {"learning_rate": 1e-5, "optimizer": {"learning_rate": 2e-5}}})
+
+
+def test_an_override_replaces_the_other_spelling() -> None:
+    recipe = tiny_recipe(["rl.learning_rate=0.5", "sft.optimizer.max_steps=3"])  # the file uses rl.optimizer
+    assert (recipe.rl.optimizer.learning_rate, recipe.sft.optimizer.max_steps) == (0.5, 3)
+
+
+@pytest.mark.parametrize(("old", "new"), [("use_vllm", "vllm.enabled"), ("vllm_mode", "vllm.mode"),
+                                          ("vllm_gpu_memory_utilization", "vllm.gpu_memory_utilization")])
+def test_moved_vllm_keys_name_their_new_spelling(old: str, new: str) -> None:
+    with pytest.raises(RecipeError, match=rf"'rl\.{old}' has moved: write '{new}'"):
+        recipe_from_dict({"name": "x", "rl": {old: "colocate" if old == "vllm_mode" else 0.3}})
+
+
+def test_warmup_factor_is_linear_from_the_start_factor_then_constant() -> None:
+    assert [warmup_factor(s, 4, 0.1) for s in range(6)] == pytest.approx([0.1, 0.325, 0.55, 0.775, 1.0, 1.0])
+    assert warmup_factor(0, 0, 0.1) == 1.0
+    with pytest.raises(RecipeError, match="warmup_start_factor 0.1 needs lr_scheduler_type constant_with_warmup"):
+        tiny_recipe(["rl.optimizer.warmup_start_factor=0.1", "rl.optimizer.lr_scheduler_type=cosine"])
+
+
+def test_optimizer_and_validation_reach_the_sft_config(tmp_path: Path) -> None:
+    from spatialiq_train.train.sft import sft_config
+
+    recipe = tiny_recipe(["sft.optimizer.adam_beta2=0.98", "sft.optimizer.weight_decay=0.01",
+                          "sft.validation.every_steps=2", "sft.validation.early_stopping_patience=3",
+                          "data.eval_split=val", "logging.save_steps=4"])
+    cfg = sft_config(recipe, tmp_path)
+    assert (cfg.adam_beta1, cfg.adam_beta2, cfg.weight_decay) == (0.9, 0.98, 0.01)
+    assert getattr(cfg.eval_strategy, "value", cfg.eval_strategy) == "steps" and cfg.eval_steps == 2
+    assert (cfg.metric_for_best_model, cfg.greater_is_better, cfg.load_best_model_at_end) == ("eval_loss", False, True)
+    with pytest.raises(RecipeError, match=r"save_steps \(3\) must be a multiple of sft.validation.every_steps"):
+        tiny_recipe(["sft.validation.every_steps=2", "sft.validation.early_stopping_patience=3",
+                     "data.eval_split=val", "logging.save_steps=3"])
+    with pytest.raises(RecipeError, match="needs data.eval_split"):
+        tiny_recipe(["rl.validation.every_steps=2"])
+
+
+def test_warm_start_schedule_starts_at_the_factor(tmp_path: Path) -> None:
+    from spatialiq_train.train.data import load_split
+    from spatialiq_train.train.sft import build_sft_trainer
+
+    traces = write_traces(tmp_path, "warmup", 4, np.random.default_rng(0), answer=lambda i: i)
+    recipe = tiny_recipe(["sft.optimizer.lr_scheduler_type=constant_with_warmup", "sft.optimizer.warmup_steps=4",
+                          "sft.optimizer.warmup_start_factor=0.1", "sft.optimizer.learning_rate=0.01"])
+    trainer, _ = build_sft_trainer(recipe, tiny_model_dir(), load_split(traces, "warmup", tmp_path, "sft"),
+                                   tmp_path / "sft")
+    trainer.create_optimizer()
+    scheduler = trainer.create_scheduler(10, trainer.optimizer)
+    lrs = []
+    for _ in range(6):
+        lrs.append(scheduler.get_last_lr()[0])
+        trainer.optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx([0.001, 0.00325, 0.0055, 0.00775, 0.01, 0.01])
+
+
+def test_every_vllm_key_maps_onto_a_grpo_config_field() -> None:
+    from trl import GRPOConfig
+
+    from spatialiq_train.recipes import VLLM_TO_GRPO, VllmSection
+
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert set(VLLM_TO_GRPO) == set(VllmSection.model_fields) - {"enabled"}  # every key but the switch is mapped
+    assert not [grpo for grpo in VLLM_TO_GRPO.values() if grpo not in fields]
+    assert len(set(VLLM_TO_GRPO.values())) == len(VLLM_TO_GRPO)  # one to one
+
+
+def test_vllm_section_reaches_grpo_config_when_usable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spatialiq_train.train import rl
+
+    recipe = tiny_recipe(["vllm.mode=server", "vllm.tensor_parallel_size=2", "vllm.max_model_len=64",
+                          "vllm.enable_sleep_mode=true", "vllm.server_host=10.0.0.2", "vllm.server_port=8123",
+                          "vllm.gpu_memory_utilization=0.45"])
+    assert rl.vllm_args(recipe) == {"use_vllm": False}  # CPU: transformers generates
+    monkeypatch.setattr(rl, "vllm_usable", lambda r: True)
+    args = rl.vllm_args(recipe)
+    assert args == {"use_vllm": True, "vllm_mode": "server", "vllm_gpu_memory_utilization": 0.45,
+                    "vllm_tensor_parallel_size": 2, "vllm_max_model_length": 64, "vllm_enable_sleep_mode": True,
+                    "vllm_server_host": "10.0.0.2", "vllm_server_port": 8123}
+    with pytest.raises(RecipeError, match=r"vllm.max_model_len \(24\) must exceed generation.max_completion_length"):
+        tiny_recipe(["vllm.max_model_len=24"])
+
+
+@pytest.mark.slow
+def test_both_phases_validate_on_the_eval_split(tmp_path: Path) -> None:
+    from spatialiq_train.train.logging import read_metrics
+    from spatialiq_train.train.rl import run_rl
+    from spatialiq_train.train.sft import run_sft
+
+    rng = np.random.default_rng(5)
+    write_traces(tmp_path, "warmup", 8, rng, answer=lambda i: i % 10)
+    write_traces(tmp_path, "rl", 8, rng, answer=lambda i: 3)
+    traces = write_traces(tmp_path, "val", 4, rng, answer=lambda i: 3)
+    recipe = tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={tmp_path}", "data.eval_split=val",
+                          "sft.optimizer.max_steps=6", "sft.validation.every_steps=2",
+                          "sft.optimizer.learning_rate=1e-12",
+                          "sft.validation.early_stopping_patience=1", "sft.validation.early_stopping_min_delta=0.5",
+                          "rl.optimizer.max_steps=2", "rl.validation.every_steps=2", "rl.validation.max_samples=4",
+                          "logging.save_steps=2"])
+    init = run_sft(recipe, tmp_path / "sft", model_path=tiny_model_dir())
+    sft_eval = [r for r in read_metrics(tmp_path / "sft" / "metrics.jsonl") if "eval/loss" in r]
+    assert [r["step"] for r in sft_eval] == [2, 4]  # a frozen loss never improves by 0.5: stopped after 2 checks
+    run_rl(recipe, tmp_path / "rl", model_path=str(init))
+    rl_eval = [r for r in read_metrics(tmp_path / "rl" / "metrics.jsonl") if "eval/exact_match" in r]
+    assert [r["step"] for r in rl_eval] == [2] and 0.0 <= rl_eval[0]["eval/exact_match"] <= 1.0
