@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from data_gen import generate, layout, plan, splits, structure, writer
+from data_gen import executor, generate, identity, layout, plan, shards, splits, structure, writer
 from data_gen.camera import LEAF_VIEWS
 from data_gen.generate import GenConfig, GenerationError, run
 from spatialiq_train.cli import app
@@ -441,9 +441,9 @@ def test_render_variant_needs_the_mitsuba_renderer(tmp_path: Path) -> None:
 def test_parent_builds_a_renderer_only_when_it_renders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[int] = []
     handed: list[object] = []
-    monkeypatch.setattr(generate, "make_renderer", lambda c: built.append(c.workers) or VariantRenderer("scalar_rgb"))
-    monkeypatch.setattr(generate, "_resolve_variant", lambda c: "llvm_ad_rgb")
-    monkeypatch.setattr(generate, "generate_shards", lambda c, todo, renderer, progress, backend: handed.append(
+    monkeypatch.setattr(identity, "make_renderer", lambda c: built.append(c.workers) or VariantRenderer("scalar_rgb"))
+    monkeypatch.setattr(identity, "_resolve_variant", lambda c: "llvm_ad_rgb")
+    monkeypatch.setattr(executor, "generate_shards", lambda c, todo, renderer, progress, backend: handed.append(
         (renderer, c.render_variant, backend["variant"])))
     with pytest.raises(GenerationError, match="not complete"):  # the shards were not written: merge refuses
         run(cfg(tmp_path / "many", structures=1, renderer="mitsuba", workers=2), progress=False)
@@ -454,7 +454,7 @@ def test_parent_builds_a_renderer_only_when_it_renders(tmp_path: Path, monkeypat
 
 
 def test_missing_dependency_fails_fast_with_several_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(generate, "_importable", lambda module: False)
+    monkeypatch.setattr(identity, "_importable", lambda module: False)
     with pytest.raises(GenerationError, match=r"--renderer isaacsim is unavailable .*pip install -e '\.\[isaacsim\]'"):
         run(cfg(tmp_path, structures=1, renderer="isaacsim", workers=2), progress=False)
     assert not tmp_path.joinpath("gen_config.json").exists()
@@ -464,7 +464,7 @@ def test_planning_workers_build_no_renderer(monkeypatch: pytest.MonkeyPatch) -> 
     def boom(c: GenConfig) -> None:
         raise AssertionError("a planning worker built a renderer")
 
-    monkeypatch.setattr(generate, "make_renderer", boom)
+    monkeypatch.setattr(identity, "make_renderer", boom)
     c = cfg(Path("x"), renderer="mitsuba", workers=2)
     generate._init_worker(c.model_dump_json(), False)
     assert generate._STATE["renderer"] is None and generate._STATE["cfg"] == c
@@ -519,13 +519,13 @@ def test_a_renderer_built_by_run_is_closed_and_an_injected_one_is_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ClosingRenderer, "closed", 0)
-    monkeypatch.setattr(generate, "make_renderer", lambda c: ClosingRenderer("scalar_rgb"))
+    monkeypatch.setattr(identity, "make_renderer", lambda c: ClosingRenderer("scalar_rgb"))
     run(cfg(tmp_path / "built", structures=1, renderer="mitsuba"), progress=False)
     assert ClosingRenderer.closed == 1
     run(cfg(tmp_path / "given", structures=1, renderer="mitsuba"), renderer=ClosingRenderer("scalar_rgb"),
         progress=False)
     assert ClosingRenderer.closed == 1
-    monkeypatch.setattr(generate, "merge", lambda out: (_ for _ in ()).throw(GenerationError("boom")))
+    monkeypatch.setattr(shards, "merge", lambda out: (_ for _ in ()).throw(GenerationError("boom")))
     with pytest.raises(GenerationError, match="boom"):
         run(cfg(tmp_path / "fails", structures=1, renderer="mitsuba"), progress=False)
     assert ClosingRenderer.closed == 2  # closed on failure too
@@ -540,6 +540,6 @@ def test_plan_only_asks_its_workers_for_no_renderer(tmp_path: Path, monkeypatch:
         real_init(self, c, renderer, render)
 
     monkeypatch.setattr(generate._Executor, "__init__", spy)
-    monkeypatch.setattr(generate, "make_renderer", lambda c: (_ for _ in ()).throw(AssertionError("built")))
+    monkeypatch.setattr(identity, "make_renderer", lambda c: (_ for _ in ()).throw(AssertionError("built")))
     run(cfg(tmp_path, structures=2, renderer="mitsuba", workers=2), progress=False, plan_only=True)
     assert flags == [False] and (tmp_path / "plan.json").is_file()
