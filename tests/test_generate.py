@@ -272,14 +272,42 @@ def test_renderer_writes_png_and_image_column(tmp_path: Path, truth: types.Modul
     assert (tmp_path / ds[0]["view"] / "view.png").read_bytes() == writer.encode_png(np.asarray(img))
 
 
+class HidingRenderer(FakeRenderer):
+    """An instance buffer that differs from the ray caster's: per view, the lowest-id visible block with a visible
+    block right above it owns no pixel (its pixels show the ground), so the buffer hides a supporting block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffers: list[set[tuple[int, int, int]]] = []
+
+    def render(self, spec):  # noqa: ANN001, ANN201
+        from data_gen.render import RenderResult
+        from data_gen.visibility import block_id, visible_set
+
+        result = super().render(spec)
+        cols = len(spec.height_map[0])
+        ids = result.instance_ids.copy()
+        seen = visible_set(ids, cols)
+        supporting = sorted(b for b in seen if (b[0], b[1], b[2] + 1) in seen)
+        if supporting:
+            ids[ids == block_id(*supporting[0], cols)] = -1
+        self.buffers.append(visible_set(ids, cols))
+        return RenderResult(rgb=result.rgb, instance_ids=ids)
+
+
 def test_can_visibility_comes_from_the_instance_buffer(tmp_path: Path) -> None:
     run(cfg(tmp_path / "cube", structures=1), progress=False)
-    run(cfg(tmp_path / "can", structures=1, renderer="mitsuba", object_type="can"), renderer=FakeRenderer(),
+    renderer = HidingRenderer()
+    run(cfg(tmp_path / "can", structures=1, renderer="mitsuba", object_type="can"), renderer=renderer,
         progress=False)
-    for leaf in LEAF_VIEWS:
+    differs = 0
+    for leaf, buffer in zip(LEAF_VIEWS, renderer.buffers, strict=True):  # rendered in leaf order
         rel = layout.view_relpath("train", 1, leaf)
         cube, can = layout.read_gt(tmp_path / "cube" / rel), layout.read_gt(tmp_path / "can" / rel)
-        assert can["object_type"] == "can" and can["visible_blocks"] == cube["visible_blocks"]
+        assert can["object_type"] == "can"
+        assert can["visible_blocks"] == sorted(list(b) for b in buffer)  # what the buffer shows, not the caster
+        differs += can["visible_blocks"] != cube["visible_blocks"]
+    assert differs > 0  # the buffer really hid blocks the ray caster sees
 
 
 def test_renderer_crash_names_the_view_and_leaves_the_shard_incomplete(
