@@ -1,9 +1,10 @@
 """What decides the bytes beyond the arguments: the render backend a machine resolves, recorded and checked.
 
 Image bytes depend on the render backend a machine resolves (Mitsuba's ``auto`` picks cuda, llvm or scalar by
-node). The first rendering run records it (renderer, resolved variant, version) as ``render_backend`` in
+node) and on the machine it renders on (GPU and driver, or CPU and LLVM: ``data_gen.render.device``). The first
+rendering run records it (renderer, resolved variant, version, device) as ``render_backend`` in
 ``gen_config.json``, every shard's completion record repeats it, and a resume, another shard or the merge
-refuses a different one, naming what differs. This module also builds (and closes) the renderer, so that a
+refuses a different one, naming the shard and what differs. This module also builds (and closes) the renderer, so that a
 missing dependency fails before anything is written.
 """
 
@@ -29,6 +30,7 @@ def check_gen_config(out: Path, cfg: GenConfig, backend: dict[str, Any] | None =
     first rendering run adds it to a ``gen_config.json`` that has none, later ones must match it.
     """
     path = out / layout.GEN_CONFIG_FILE
+    where = str(out) if cfg.shard is None else f"{out} (shard {cfg.shard} of {cfg.shard_count})"
     if path.exists():
         old = read_json(path)
         for key, value in cfg.identity().items():
@@ -42,13 +44,17 @@ def check_gen_config(out: Path, cfg: GenConfig, backend: dict[str, Any] | None =
             if recorded is None:
                 atomic_write_json(path, {**old, "render_backend": backend})
             else:
-                check_backend(recorded, backend, str(out))
+                check_backend(recorded, backend, where)
         return
     atomic_write_json(path, cfg.identity(backend))
 
 
 def check_backend(recorded: dict[str, Any], current: dict[str, Any], where: str) -> None:
-    """Refuse a render backend that differs from the recorded one; the message names what differs."""
+    """Refuse a render backend that differs from the recorded one; the message names ``where`` and what differs.
+
+    Every field decides image bytes, the device fields included (we cannot tell a harmless difference from a
+    harmful one), so any difference is refused.
+    """
     if recorded == current:
         return
     was, now = recorded.get("renderer"), current.get("renderer")
@@ -59,16 +65,42 @@ def check_backend(recorded: dict[str, Any], current: dict[str, Any], where: str)
         raise GenerationError(
             f"{where}: this dataset was rendered with {recorded.get('variant')}; this machine resolves "
             f"{current.get('variant')}; pass --render-variant {recorded.get('variant')} or use another --out")
+    if recorded.get("version") != current.get("version"):
+        raise GenerationError(
+            f"{where}: this dataset was rendered with {was} {recorded.get('version')}; this machine has {was} "
+            f"{current.get('version')}; install {was}=={recorded.get('version')} or use another --out")
+    _check_device(recorded.get("device"), current.get("device"), where)
+    odd = sorted(k for k in {*recorded, *current} if recorded.get(k) != current.get(k))
+    raise GenerationError(f"{where}: render backend field(s) {', '.join(odd)} differ: recorded {recorded}, "
+                          f"this machine {current}; use a matching machine or another --out")
+
+
+def _check_device(recorded: dict[str, Any] | None, current: dict[str, Any] | None, where: str) -> None:
+    """Name every device field (GPU, driver, CPU, ...) that differs; images differ across such machines."""
+    if recorded == current:
+        return
+    if recorded is None or current is None:
+        missing = "the recorded backend" if recorded is None else "this machine's backend"
+        raise GenerationError(
+            f"{where}: {missing} has no render device identity ('device'), so it is unknown whether images rendered "
+            "here match the recorded ones; render on the machine kind that wrote the dataset with this version of "
+            "spatialiq, or use another --out")
+    fields = [k for k in (*recorded, *(k for k in current if k not in recorded)) if recorded.get(k) != current.get(k)]
+    was = ", ".join(f"{k} {recorded.get(k)!r}" for k in fields)
+    now = ", ".join(f"{k} {current.get(k)!r}" for k in fields)
     raise GenerationError(
-        f"{where}: this dataset was rendered with {was} {recorded.get('version')}; this machine has {was} "
-        f"{current.get('version')}; install {was}=={recorded.get('version')} or use another --out")
+        f"{where}: this dataset was rendered on a device with {was}; this machine has {now}; images differ between "
+        "such machines (ground truth does not), so shards must not mix: run it on a node matching the recorded "
+        "device, or use another --out")
 
 
 def render_backend(cfg: GenConfig, renderer: Any = None) -> dict[str, Any] | None:
-    """This machine's render backend: renderer name, resolved Mitsuba variant and version (None for ``none``).
+    """This machine's render backend (None for ``none``): renderer name, resolved Mitsuba variant, version and
+    ``device``, the machine identity that decides image bytes (``data_gen.render.device``).
 
-    From ``renderer`` when one was built (or injected); otherwise resolved without building one, which
-    still fails fast (before anything is written) when the backend's package is missing.
+    From ``renderer`` when one was built (or injected; a ``device`` attribute there wins, as test fakes use);
+    otherwise resolved without building one, which still fails fast (before anything is written) when the
+    backend's package is missing. The device is read after the variant is resolved, never before.
     """
     if cfg.renderer == "none":
         return None
@@ -76,7 +108,15 @@ def render_backend(cfg: GenConfig, renderer: Any = None) -> dict[str, Any] | Non
         name, variant = str(getattr(renderer, "name", cfg.renderer)), getattr(renderer, "variant", None)
     else:
         name, variant = cfg.renderer, _resolve_variant(cfg)
-    return {"renderer": name, "variant": variant, "version": _backend_version(name)}
+    backend: dict[str, Any] = {"renderer": name, "variant": variant, "version": _backend_version(name)}
+    device = getattr(renderer, "device", None)
+    if device is None:
+        from data_gen.render import device as render_device
+
+        device = render_device.device_identity(name, variant)
+    if device is not None:
+        backend["device"] = dict(device)
+    return backend
 
 
 def pin_variant(cfg: GenConfig, backend: dict[str, Any] | None) -> GenConfig:

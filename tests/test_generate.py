@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from data_gen import executor, generate, identity, layout, plan, shards, splits, structure, writer
 from data_gen.camera import LEAF_VIEWS
 from data_gen.generate import GenConfig, GenerationError, run
+from data_gen.render.device import device_identity as probe_device  # the real probe (tests patch it)
 from spatialiq_train.cli import app
 
 RES = 48  # small images keep the ray casts fast; test_resolution_512 covers the benchmark size once
@@ -29,6 +30,16 @@ def truth() -> types.ModuleType:
     import data_gen.truth as module
 
     return module
+
+
+@pytest.fixture(autouse=True)
+def fake_device(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """A fixed device identity: tests never probe this machine's GPU, CPU or LLVM (nor touch Dr.Jit's backends)."""
+    from data_gen.render import device
+
+    ident: dict[str, object] = {"cpu_arch": "test-arch"}
+    monkeypatch.setattr(device, "device_identity", lambda name, variant: dict(ident) if name == "mitsuba" else None)
+    return ident
 
 
 def cfg(out: Path, **kw: object) -> GenConfig:
@@ -571,3 +582,96 @@ def test_plan_only_asks_its_workers_for_no_renderer(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(identity, "make_renderer", lambda c: (_ for _ in ()).throw(AssertionError("built")))
     run(cfg(tmp_path, structures=2, renderer="mitsuba", workers=2), progress=False, plan_only=True)
     assert flags == [False] and (tmp_path / "plan.json").is_file()
+
+
+H100 = {"gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "driver": "550.54.15", "cuda": "12.4"}
+
+
+class DeviceRenderer(VariantRenderer):
+    """A fake cuda Mitsuba renderer on a given GPU (``device`` as render_backend reads it)."""
+
+    def __init__(self, **device: str) -> None:
+        super().__init__("cuda_ad_rgb")
+        self.device = {**H100, **device}
+
+
+def test_the_render_device_is_recorded_and_a_shard_on_another_device_is_refused(tmp_path: Path) -> None:
+    shard0 = cfg(tmp_path, structures=2, num_shards=2, shard=0, renderer="mitsuba")
+    run(shard0, renderer=DeviceRenderer(), progress=False)
+    recorded = json.loads((tmp_path / "gen_config.json").read_text())["render_backend"]
+    assert recorded["device"] == H100
+    assert json.loads((tmp_path / "shards/train-00000-of-00002.done.json").read_text())["render_backend"] == recorded
+    shard1 = cfg(tmp_path, structures=2, num_shards=2, shard=1, renderer="mitsuba")
+    with pytest.raises(GenerationError, match=r"\(shard 1 of 2\): this dataset was rendered on a device with driver "
+                                              r"'550\.54\.15'; this machine has driver '535\.104\.05'"):
+        run(shard1, renderer=DeviceRenderer(driver="535.104.05"), progress=False)
+    message = (r"device with gpu 'NVIDIA H100 80GB HBM3', compute_capability '9\.0'; "
+               r"this machine has gpu 'NVIDIA A100-SXM4-80GB', compute_capability '8\.0'")
+    with pytest.raises(GenerationError, match=message):
+        run(shard1, renderer=DeviceRenderer(gpu="NVIDIA A100-SXM4-80GB", compute_capability="8.0"), progress=False)
+    assert not (tmp_path / "shards/train-00001-of-00002.done.json").exists()
+    run(shard1, renderer=DeviceRenderer(), progress=False)
+    assert generate.merge(tmp_path)["arguments"]["render_backend"] == recorded
+
+
+def test_merge_names_the_shard_and_the_device_field_that_differs(tmp_path: Path) -> None:
+    run(cfg(tmp_path, structures=2, num_shards=2, renderer="mitsuba"), renderer=DeviceRenderer(), progress=False)
+    done = tmp_path / "shards/train-00001-of-00002.done.json"
+    record = json.loads(done.read_text())
+    record["render_backend"]["device"]["compute_capability"] = "8.6"  # a Slurm task that raced on another node
+    done.write_text(json.dumps(record))
+    with pytest.raises(GenerationError, match=r"train-00001-of-00002\.done\.json: this dataset was rendered on a "
+                                              r"device with compute_capability '9\.0'; this machine has "
+                                              r"compute_capability '8\.6'.*delete this shard's \.done\.json"):
+        generate.merge(tmp_path)
+
+
+def test_a_backend_recorded_without_a_device_is_refused_by_name(tmp_path: Path) -> None:
+    run(cfg(tmp_path, structures=2, num_shards=2, shard=0, renderer="mitsuba"), renderer=DeviceRenderer(),
+        progress=False)
+    path = tmp_path / "gen_config.json"
+    old = json.loads(path.read_text())
+    del old["render_backend"]["device"]  # as written before the device was recorded
+    path.write_text(json.dumps(old))
+    with pytest.raises(GenerationError, match="the recorded backend has no render device identity"):
+        run(cfg(tmp_path, structures=2, num_shards=2, shard=1, renderer="mitsuba"), renderer=DeviceRenderer(),
+            progress=False)
+
+
+def test_the_device_is_probed_when_the_renderer_names_none(tmp_path: Path, fake_device: dict[str, object]) -> None:
+    run(cfg(tmp_path, structures=1, renderer="mitsuba"), renderer=VariantRenderer("scalar_rgb"), progress=False)
+    assert json.loads((tmp_path / "gen_config.json").read_text())["render_backend"]["device"] == fake_device
+    assert identity.render_backend(cfg(tmp_path), FakeRenderer()) is None  # renderer none records no backend
+
+
+FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >> "$SMI_LOG"
+case "$*" in
+  *--query-gpu=*) echo "NVIDIA H100 80GB HBM3, 550.54.15, 9.0";;
+  *) echo "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4 |";;
+esac
+"""
+
+
+def test_device_probe_reads_the_visible_gpu_and_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    from data_gen.render import device
+
+    (tmp_path / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("SMI_LOG", str(tmp_path / "smi.log"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1234,GPU-5678")
+    assert probe_device("isaacsim", None) == H100  # no Dr.Jit: compute capability and CUDA version from nvidia-smi
+    assert "-i GPU-1234 --query-gpu=name,driver_version,compute_cap" in (tmp_path / "smi.log").read_text()
+    monkeypatch.setattr(device, "_drjit_cuda", lambda: ("8.9", "12.6"))  # Dr.Jit's own device wins for Mitsuba
+    assert probe_device("mitsuba", "cuda_ad_rgb") == {**H100, "compute_capability": "8.9", "cuda": "12.6"}
+    monkeypatch.setattr(device, "_drjit_llvm_version", lambda: "19.1.7")
+    monkeypatch.setattr(device, "cpu_vector_isa", lambda: "avx2")
+    arch = platform.machine()
+    assert probe_device("mitsuba", "llvm_ad_rgb") == {"cpu_arch": arch, "cpu_isa": "avx2", "llvm": "19.1.7"}
+    assert probe_device("mitsuba", "scalar_rgb") == {"cpu_arch": arch}
+    assert probe_device("fake", None) is None
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi, no Dr.Jit CUDA: every field unknown
+    assert probe_device("isaacsim", None) == dict.fromkeys(H100)
