@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from data_gen import identity, plan, shards
 from data_gen.config import GenConfig, GenerationError
-from data_gen.pipeline import process_structure
+from data_gen.pipeline import StructureOutput, process_structure
 from data_gen.plan import PlannedStructure
+from data_gen.verify import Damage
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ def _init_worker(cfg_json: str, render: bool) -> None:
         util.Finalize(None, identity.close_renderer, args=(_STATE["renderer"],), exitpriority=10)
 
 
-def _work(entry: PlannedStructure) -> list[dict[str, Any]]:
+def _work(entry: PlannedStructure) -> StructureOutput:
     return process_structure(_STATE["cfg"], entry, _STATE["renderer"])
 
 
@@ -54,7 +56,7 @@ class Executor:
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
         return self.pool.imap(fn, items) if self.pool is not None else map(fn, items)
 
-    def structures(self, entries: list[PlannedStructure]) -> Iterator[list[dict[str, Any]]]:
+    def structures(self, entries: list[PlannedStructure]) -> Iterator[StructureOutput]:
         if self.pool is None:
             return (process_structure(self.cfg, e, self.renderer) for e in entries)
         return self.pool.imap(_work, entries, chunksize=1)
@@ -89,6 +91,16 @@ def write_plan(cfg: GenConfig, progress: bool = True) -> list[PlannedStructure]:
         return make_plan(cfg, ex, progress)
 
 
+@contextmanager
+def _renderer_here(cfg: GenConfig, renderer: Any) -> Iterator[Any]:
+    """``renderer``, or one built (and closed afterwards) when none is given and this process renders alone."""
+    built = identity.make_renderer(cfg) if renderer is None and cfg.workers == 1 else None
+    try:
+        yield renderer if built is None else built
+    finally:
+        identity.close_renderer(built)
+
+
 def generate_shards(cfg: GenConfig, todo: list[int], renderer: Any = None, progress: bool = True,
                     backend: dict[str, Any] | None = None) -> None:
     """Generate the listed shards; structures run in ``cfg.workers`` spawned processes, shards are written here.
@@ -98,11 +110,8 @@ def generate_shards(cfg: GenConfig, todo: list[int], renderer: Any = None, progr
     """
     k, n = cfg.shard_count, cfg.structures
     ranges = {s: shards.shard_range(s, k, n) for s in todo}
-    built = identity.make_renderer(cfg) if renderer is None and cfg.workers == 1 else None
-    try:
-        _generate(cfg, ranges, renderer if built is None else built, progress, backend)
-    finally:
-        identity.close_renderer(built)
+    with _renderer_here(cfg, renderer) as here:
+        _generate(cfg, ranges, here, progress, backend)
 
 
 def _generate(cfg: GenConfig, ranges: dict[int, tuple[int, int]], renderer: Any, progress: bool,
@@ -114,15 +123,40 @@ def _generate(cfg: GenConfig, ranges: dict[int, tuple[int, int]], renderer: Any,
         shards.remove_stale_temp_files(cfg, s, a, b)
     with Executor(cfg, renderer, render=True) as ex:
         entries = [e for e in make_plan(cfg, ex, progress) if e.sample_idx in shard_of]
-        pending: dict[int, list[dict[str, Any]]] = {s: [] for s in ranges}
+        rows: dict[int, list[dict[str, Any]]] = {s: [] for s in ranges}
+        files: dict[int, dict[str, str]] = {s: {} for s in ranges}
         left = {s: b - a + 1 for s, (a, b) in ranges.items()}
         bar = tqdm(total=len(entries), unit="structure", desc=f"gen {cfg.split}", disable=not progress,
                    smoothing=0.1)
         with bar:
-            for entry, rows in zip(entries, ex.structures(entries), strict=True):
+            for entry, result in zip(entries, ex.structures(entries), strict=True):
                 s = shard_of[entry.sample_idx]
-                pending[s].extend(rows)
+                rows[s].extend(result.rows)
+                files[s].update(result.files)
                 left[s] -= 1
                 bar.update(1)
                 if left[s] == 0:
-                    shards.finish_shard(cfg, s, pending.pop(s), backend)
+                    shards.finish_shard(cfg, s, rows.pop(s), backend, files.pop(s))
+
+
+def repair(cfg: GenConfig, damages: list[Damage], renderer: Any = None, progress: bool = True) -> None:
+    """Regenerate the structures owning files that fail verification in complete shards (their parquet is intact)
+    and check that every file they write has its recorded sha256 again."""
+    from tqdm import tqdm
+
+    samples = {i for d in damages for i in d.samples}
+    expected = {rel: digest for d in damages for rel, digest in d.expected.items()}
+    for d in damages:
+        shards.remove_stale_temp_files(cfg, d.shard, d.samples[0], d.samples[-1])
+    with _renderer_here(cfg, renderer) as here, Executor(cfg, here, render=True) as ex:
+        entries = [e for e in make_plan(cfg, ex) if e.sample_idx in samples]
+        with tqdm(total=len(entries), unit="structure", desc="repair", disable=not progress) as bar:
+            for result in ex.structures(entries):
+                bar.update(1)
+                differ = [rel for rel, digest in result.files.items() if expected.get(rel) != digest]
+                if differ:
+                    rel = differ[0]
+                    raise GenerationError(
+                        f"{rel}: regenerated with sha256 {result.files[rel]}, but its shard records "
+                        f"{expected.get(rel)}; this machine does not reproduce the dataset (compare render_backend "
+                        "in gen_config.json with this machine's), so it cannot repair it: use a matching machine")

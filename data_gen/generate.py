@@ -1,4 +1,4 @@
-"""The generation run, top to bottom: backend, recorded arguments, missing shards, workers, merge.
+"""The generation run, top to bottom: backend, recorded arguments, missing or damaged shards, workers, merge.
 
 Which structures a run holds, and in which order, is the run's plan (``data_gen.plan``): the first
 N candidates of (seed, index) whose structure belongs to the split, duplicates skipped. The bytes of every
@@ -6,8 +6,9 @@ file depend only on the arguments in ``GenConfig.identity()`` and the recorded r
 (``data_gen.identity``), never on ``--workers`` or on which process (or Slurm array task) wrote a shard.
 
 The parts live in modules named for what they hold: ``config`` (arguments), ``identity`` (render backend),
-``pipeline`` (one structure), ``shards`` (ranges, completion records, merge) and ``executor`` (worker pool and
-shard loop). Their public names are re-exported here, where callers have always imported them.
+``pipeline`` (one structure), ``shards`` (ranges, completion records, merge), ``verify`` (recorded checksums
+against the files) and ``executor`` (worker pool, shard loop, repair). Their public names are re-exported
+here, where callers have always imported them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from data_gen import executor, identity, shards
+from data_gen import executor, identity, shards, verify
 from data_gen.config import MAX_HEIGHT, STRUCTURES_PER_SHARD, VIEWS_PER_STRUCTURE, GenConfig, GenerationError
 from data_gen.executor import _STATE, _init_worker, generate_shards, make_plan
 from data_gen.executor import Executor as _Executor
@@ -64,7 +65,13 @@ def run(cfg: GenConfig, renderer: Any = None, progress: bool = True, plan_only: 
         k = cfg.shard_count
         wanted = [cfg.shard] if cfg.shard is not None else list(range(k))
         todo = [s for s in wanted if not shards.shard_complete(out, cfg.split, s, k)]
+        damages = verify.damaged(out, cfg.split, [s for s in wanted if s not in todo], k)  # complete, files fail
         log.info("%d of %d shard(s) to generate in %s", len(todo), len(wanted), out)
+        if damages:
+            first = damages[0].mismatches[0]
+            log.warning("repairing %d structure(s) whose files fail verification (first: %s)",
+                        sum(len(d.samples) for d in damages), first.line())
+            executor.repair(cfg, damages, renderer=renderer, progress=progress)
         if todo:
             executor.generate_shards(cfg, todo, renderer=renderer, progress=progress, backend=backend)
         if cfg.shard is not None:

@@ -6,6 +6,7 @@ gives the same bytes for the same structure.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +26,25 @@ def render_params(seed: int, index: int, num_environments: int) -> tuple[int, in
     return int(rng.integers(num_environments)), int(rng.integers(2**31 - 1))
 
 
-def process_structure(cfg: GenConfig, entry: PlannedStructure, renderer: Any) -> list[dict[str, Any]]:
-    """Build one structure, write its per-view folders and return its 16 parquet rows."""
+@dataclass(frozen=True)
+class StructureOutput:
+    """What one structure gave: its 16 parquet rows and ``{file: sha256}`` of the files it wrote."""
+
+    rows: list[dict[str, Any]]
+    files: dict[str, str]
+
+
+def process_structure(cfg: GenConfig, entry: PlannedStructure, renderer: Any) -> StructureOutput:
+    """Build one structure, write its per-view folders and return its 16 parquet rows and file checksums."""
     scene, gts, images = build_structure(cfg, entry, renderer)
-    writer.write_sample(Path(cfg.out), cfg.split, scene, gts, images)
+    files = writer.write_sample(Path(cfg.out), cfg.split, scene, gts, images)
     parts = _partitions(cfg.split, entry.structure_id)
-    return [
+    rows = [
         writer.view_row(scene, gt, view=layout.view_relpath(cfg.split, entry.sample_idx, leaf), split=cfg.split,
                         partitions=parts, image=None if images is None else images[leaf])
         for leaf, gt in gts.items()
     ]
+    return StructureOutput(rows, files)
 
 
 def build_structure(

@@ -49,9 +49,13 @@ def remove_stale_temp_files(cfg: GenConfig, shard: int, first: int, last: int) -
         path.unlink(missing_ok=True)
 
 
-def finish_shard(cfg: GenConfig, shard: int, rows: list[dict[str, Any]],
-                 backend: dict[str, Any] | None = None) -> None:
-    """Write the shard's parquet, then its completion record (the order makes the record trustworthy)."""
+def finish_shard(cfg: GenConfig, shard: int, rows: list[dict[str, Any]], backend: dict[str, Any] | None = None,
+                 files: dict[str, str] | None = None) -> None:
+    """Write the shard's parquet, then its completion record (the order makes the record trustworthy).
+
+    The record holds the parquet's sha256, ``backend`` and ``files``, the sha256 of every per-view file of the
+    shard's structures (``data_gen.verify`` checks them).
+    """
     out, k = Path(cfg.out), cfg.shard_count
     rel = layout.shard_parquet_relpath(cfg.split, shard, k)
     data = writer.parquet_bytes(rows, with_image=cfg.renderer != "none")
@@ -68,6 +72,8 @@ def finish_shard(cfg: GenConfig, shard: int, rows: list[dict[str, Any]],
               "sha256": writer.sha256_bytes(data)}
     if backend is not None:
         record["render_backend"] = backend
+    if files is not None:
+        record["files"] = files
     atomic_write_json(out / layout.shard_done_relpath(cfg.split, shard, k), record)
     log.debug("shard %s complete (%d rows)", rel, len(rows))
 
@@ -107,7 +113,7 @@ def read_gen_config(out: Path) -> tuple[dict[str, Any], str, int]:
     if not cfg_path.exists():
         raise GenerationError(f"{out} has no {layout.GEN_CONFIG_FILE}; it is not a directory written by spatialiq gen")
     args = read_json(cfg_path)
-    return args, _key(args, "split", cfg_path), int(_key(args, "num_shards", cfg_path))
+    return args, record_key(args, "split", cfg_path), int(record_key(args, "num_shards", cfg_path))
 
 
 def _checked_shard(out: Path, split: str, s: int, k: int,
@@ -118,18 +124,18 @@ def _checked_shard(out: Path, split: str, s: int, k: int,
     rel = layout.shard_parquet_relpath(split, s, k)
     if not (out / rel).exists():
         raise GenerationError(f"shard {rel} is missing although its completion record exists; rerun gen")
-    digest, recorded = writer.sha256_file(out / rel), _key(record, "sha256", done)
+    digest, recorded = writer.sha256_file(out / rel), record_key(record, "sha256", done)
     if digest != recorded:
         raise GenerationError(f"shard {rel}: sha256 {digest} differs from the recorded {recorded}; "
                               "the file was modified: delete it and its .done.json, then rerun gen")
     if backend is not None:
         _check_shard_backend(done, record, backend)
     for key in ("views", "structures", "partitions"):
-        _key(record, key, done)
+        record_key(record, key, done)
     return {**record, "parquet": rel}, digest
 
 
-def _key(data: dict[str, Any], key: str, path: Path) -> Any:
+def record_key(data: dict[str, Any], key: str, path: Path) -> Any:
     """``data[key]``, or a GenerationError naming the file and the key."""
     if not isinstance(data, dict) or key not in data:
         raise GenerationError(f"{path}: key {key!r} missing; the file is not one written by spatialiq gen "

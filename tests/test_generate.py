@@ -675,3 +675,69 @@ def test_device_probe_reads_the_visible_gpu_and_the_cpu(tmp_path: Path, monkeypa
     assert probe_device("fake", None) is None
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi, no Dr.Jit CUDA: every field unknown
     assert probe_device("isaacsim", None) == dict.fromkeys(H100)
+
+
+def test_verify_reports_damaged_files_and_a_rerun_repairs_them_byte_for_byte(tmp_path: Path) -> None:
+    c = cfg(tmp_path, structures=4, num_shards=2, renderer="mitsuba")
+    run(c, renderer=FakeRenderer(), progress=False)
+    original = tree(tmp_path)
+    verify = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
+    assert verify.exit_code == 0 and "verified 134 file(s)" in verify.output and "all match" in verify.output
+    gt = layout.view_relpath("train", 1, LEAF_VIEWS[3]) + "/gt.json"
+    png = layout.view_relpath("train", 4, LEAF_VIEWS[9]) + "/view.png"
+    for rel in (gt, png):
+        (tmp_path / rel).write_bytes(original[rel][: len(original[rel]) // 2])  # truncated
+    verify = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
+    assert verify.exit_code == 1
+    for rel in (gt, png):
+        found = writer.sha256_bytes(original[rel][: len(original[rel]) // 2])
+        assert f"MISMATCH {rel}: expected sha256 {writer.sha256_bytes(original[rel])}, found {found}" in verify.output
+    assert "2 mismatch(es)" in verify.output
+    renderer = FakeRenderer()
+    run(c, renderer=renderer, progress=False)  # the same arguments: repairs sample 1 (shard 0) and 4 (shard 1)
+    assert renderer.calls == 2 * len(LEAF_VIEWS)  # only the two damaged structures were regenerated
+    assert tree(tmp_path) == original
+    assert CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)]).exit_code == 0
+
+
+def test_verify_reports_a_missing_file_a_bad_parquet_and_an_incomplete_shard(tmp_path: Path) -> None:
+    run(cfg(tmp_path, structures=2, num_shards=2), progress=False)
+    original = tree(tmp_path)
+    scene = layout.sample_relpath("train", 2) + "/scene.json"
+    (tmp_path / scene).unlink()
+    parquet = "data/train-00000-of-00002.parquet"
+    (tmp_path / parquet).write_bytes(b"PAR1")
+    verify = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
+    assert verify.exit_code == 1
+    assert f"MISMATCH {scene}: expected sha256 {writer.sha256_bytes(original[scene])}, found missing" in verify.output
+    assert f"MISMATCH {parquet}: expected sha256 {writer.sha256_bytes(original[parquet])}" in verify.output
+    run(cfg(tmp_path, structures=2, num_shards=2, workers=2), progress=False)  # shard 0 redone, sample 2 repaired
+    assert tree(tmp_path) == original
+    (tmp_path / "shards/train-00001-of-00002.done.json").unlink()
+    verify = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
+    assert verify.exit_code == 1 and "INCOMPLETE data/train-00001-of-00002.parquet" in verify.output
+
+
+def test_verify_needs_a_generated_directory_and_gen_needs_its_options(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
+    assert result.exit_code == 1 and "has no gen_config.json" in result.output
+    result = CliRunner().invoke(app, ["gen", "--out", str(tmp_path), "--seed", "1"])
+    assert result.exit_code == 2 and "missing option(s) --structures, --split" in result.output
+
+
+def test_a_repair_that_does_not_reproduce_the_bytes_is_refused(tmp_path: Path, truth: types.ModuleType,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    run(cfg(tmp_path, structures=1), progress=False)
+    gt = tmp_path / layout.view_relpath("train", 1, LEAF_VIEWS[0]) / "gt.json"
+    gt.write_text("{")
+    original = truth.structure_truth
+
+    def other(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - as another machine's truth would differ
+        out = original(*args, **kwargs)
+        out[LEAF_VIEWS[0]]["task9"] += 1
+        return out
+
+    monkeypatch.setattr(truth, "structure_truth", other)
+    with pytest.raises(GenerationError, match=r"gt\.json: regenerated with sha256 .* this machine does not "
+                                              "reproduce the dataset"):
+        run(cfg(tmp_path, structures=1), progress=False)
