@@ -42,8 +42,8 @@ def gen(
     missing = [flag for flag, value in (("--structures", structures), ("--seed", seed), ("--split", split))
                if value is None]
     if missing:
-        raise _fail(f"missing option(s) {', '.join(missing)} (every run needs --out, --structures, --seed and "
-                    "--split; only --verify needs --out alone)", 2)
+        raise UserError(f"missing option(s) {', '.join(missing)} (every run needs --out, --structures, --seed and "
+                        "--split; only --verify needs --out alone)")
     try:
         cfg = GenConfig(out=out, structures=structures, seed=seed, split=split, workers=workers, renderer=renderer,
                         object_type=object_type, shard=shard, num_shards=num_shards, resolution=resolution,
@@ -62,13 +62,10 @@ def gen(
 
 def _verify(out: Path) -> None:
     """``gen --verify``: one line per mismatch (file, expected, found), a summary, exit 1 when any."""
-    from data_gen.generate import GenerationError
     from data_gen.verify import verify
+    from spatialiq_train.errors import EXIT_FAILURE, UserError
 
-    try:
-        report = verify(out)
-    except (GenerationError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+    report = verify(out)
     for mismatch in report.mismatches:
         typer.echo(f"MISMATCH {mismatch.line()}", err=True)
     for rel in report.incomplete:
@@ -77,7 +74,9 @@ def _verify(out: Path) -> None:
         typer.echo(f"note: {note}")
     typer.echo(report.summary())
     if not report.ok:
-        raise typer.Exit(1)
+        raise UserError(f"{len(report.mismatches)} file(s) differ from their recorded sha256 and "
+                        f"{len(report.incomplete)} shard(s) are incomplete (listed above); rerun spatialiq gen with "
+                        "the same arguments to repair", exit_code=EXIT_FAILURE)
 
 
 def gen_merge(out: Path = typer.Option(..., "--out", help="Dataset directory of a sharded (Slurm array) run.")) -> None:
