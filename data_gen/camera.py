@@ -109,19 +109,40 @@ def leaf_camera(rows: int, cols: int, layers: int, leaf: LeafView, resolution: i
     return Camera(tuple(pos.tolist()), tuple(target.tolist()), BASE_HALF_FOV_DEG * leaf.fov, resolution)
 
 
+Window = tuple[int, int, int, int]
+"""(row0, row1, col0, col1), half-open, of a rectangle of pixels."""
+
+
+def pixel_ray_components(camera: Camera, window: Window | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unnormalised x, y and z ray-direction components (each (m,), row-major) through the pixel centres of
+    ``window`` (default: the whole image): ``forward + x * right + y * up`` with image x, y in
+    ``[-tan(half_fov), tan(half_fov)]``.
+
+    The one place the pixel-ray arithmetic lives: :func:`pixel_rays` and the ray caster both use it, so
+    their rays agree bit for bit.
+    """
+    n = camera.resolution
+    r0, r1, c0, c1 = window if window is not None else (0, n, 0, n)
+    f, r, u = camera.basis()
+    s = np.tan(np.radians(camera.half_fov_deg))  # numpy's tan, as the ray caster always used: the truth depends on it
+    coords = ((np.arange(n, dtype=np.float64) + 0.5) / n * 2.0 - 1.0) * s
+    xs = coords[None, c0:c1]  # columns, left to right
+    ys = -coords[r0:r1, None]  # rows, top to bottom
+    x, y, z = ((f[a] + xs * r[a] + ys * u[a]).ravel() for a in range(3))
+    return x, y, z
+
+
+def unit_rays(components: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """(m, 3) unit directions from :func:`pixel_ray_components`."""
+    d = np.stack(components, axis=1)
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    return d
+
+
 def pixel_rays(camera: Camera) -> tuple[np.ndarray, np.ndarray]:
     """(origin (3,), unit directions (res*res, 3)) through pixel centres, row-major from the top-left.
 
     Image right is the camera's right vector and image up its up vector, as for a USD or Mitsuba
     camera built with look-at and no roll.
     """
-    n = camera.resolution
-    f, r, u = camera.basis()
-    s = math.tan(math.radians(camera.half_fov_deg))
-    coords = ((np.arange(n, dtype=np.float64) + 0.5) / n * 2.0 - 1.0) * s
-    xs = coords[None, :]  # columns, left to right
-    ys = -coords[:, None]  # rows, top to bottom
-    d = f[None, None, :] + xs[..., None] * r[None, None, :] + ys[..., None] * u[None, None, :]
-    d = d.reshape(-1, 3)
-    d /= np.linalg.norm(d, axis=1, keepdims=True)
-    return np.asarray(camera.position, dtype=np.float64), d
+    return np.asarray(camera.position, dtype=np.float64), unit_rays(pixel_ray_components(camera))

@@ -1,4 +1,4 @@
-"""Structure sampling and the analytic visibility test (benchmark-spec sections 1 and 2.1-2.2).
+"""Structure sampling and structure ids (benchmark-spec section 1).
 
 A structure is an integer height map ``H`` of shape (rows, cols): ``H[i, j]`` blocks stand in
 row ``i``, column ``j``; block ``(i, j, k)`` is the one in layer ``k`` (0-based, ``k < H[i, j]``).
@@ -8,38 +8,33 @@ with gravity collapse, the view-0 retention filter, 150 attempts then the closes
 every draw comes from an explicit ``numpy.random.Generator`` derived from (master seed, index),
 so a structure is reproducible.
 
-The analytic test of section 2.1 only ever compares a block's front depth with depths written
-by blocks sorted before it (stable ascending front depth), so every written bin holds a depth
-``<= d_f`` and the "strictly greater" test never succeeds on a written bin: a block is visible
-exactly when one bin of its rectangle has not been written yet. The implementation therefore
-keeps the depth buffer as a bitset (a Python int, one bit per bin) and precomputes, per
-(grid, layer count, azimuth), the sorted block order and each block's rectangle masks.
+The analytic visibility test and the view-0 retention filter live in :mod:`data_gen.visibility`; they are
+re-exported here, where they were first defined.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
-from data_gen.camera import block_center, framing, nominal_camera
-
-Block = tuple[int, int, int]
+from data_gen.heightmap import Block, as_height_map  # noqa: F401 - re-exported
+from data_gen.visibility import (  # noqa: F401 - re-exported from their first home
+    HALF_SIZE,
+    PATCH_SCALE,
+    RETENTION_AZIMUTH,
+    analytic_visible,
+    retain,
+    scene_visible_count,
+    support_closure,
+)
 
 N_MIN = 3
 """``min_blocks`` of the released level_1 configuration."""
 MAX_ATTEMPTS = 150
 """Attempts of the acceptance loop before the closest attempt is returned."""
-HALF_SIZE = 0.05
-"""Half edge of a cube in metres (also the mean half-size ``h_bar`` of the bin size)."""
-PATCH_SCALE = 0.125
-"""``VIEW0_PATCH_SCALE``: one bin is 1/8 of a block's angular size at the target distance."""
-RETENTION_AZIMUTH = 0.0
-"""Retention is computed at azimuth exactly 0 degrees (no rendered view uses it)."""
 
 
 def count_weights(n_min: int = N_MIN, n_max: int = 64) -> np.ndarray:
@@ -80,110 +75,10 @@ def structure_id(height_map: np.ndarray) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
 
 
-def as_height_map(height_map: np.ndarray, where: str) -> np.ndarray:
-    """A validated int64 height map (2-D, non-empty, non-negative integers); ``where`` names the caller in errors."""
-    h = np.asarray(height_map)
-    if h.ndim != 2 or h.size == 0:
-        raise ValueError(f"{where}: height_map must be a non-empty 2-D array, got shape {h.shape}")
-    if not np.issubdtype(h.dtype, np.integer):
-        if not np.all(np.equal(np.mod(h, 1), 0)):
-            raise ValueError(f"{where}: height_map must hold integers, got {h.tolist()}")
-        h = h.astype(np.int64)
-    if (h < 0).any():
-        raise ValueError(f"{where}: height_map must be non-negative, got {h.tolist()}")
-    return h.astype(np.int64, copy=False)
-
-
 def blocks_of(height_map: np.ndarray) -> list[Block]:
     """All blocks of a height map in (i, j, k) loop order."""
     h = as_height_map(height_map, "blocks_of")
     return [(i, j, k) for i in range(h.shape[0]) for j in range(h.shape[1]) for k in range(int(h[i, j]))]
-
-
-def support_closure(blocks: Iterable[Block]) -> set[Block]:
-    """``needed(V)`` (section 2.2): the blocks plus every block below one of them in its column."""
-    top: dict[tuple[int, int], int] = {}
-    for i, j, k in blocks:
-        if k < 0:
-            raise ValueError(f"support_closure: layer must be >= 0, got block {(i, j, k)}")
-        top[(i, j)] = max(top.get((i, j), -1), k)
-    return {(i, j, k) for (i, j), kmax in top.items() for k in range(kmax + 1)}
-
-
-@lru_cache(maxsize=256)
-def _bin_table(rows: int, cols: int, layers: int, azimuth_deg: float) -> tuple[tuple[int, int, int, int, int], ...]:
-    """Per block slot with ``k < layers``, in stable ascending front-depth order: (i, j, k, rect, dilated).
-
-    ``rect`` and ``dilated`` are bitsets over the bins (bit ``(y - y0) * width + (x - x0)``);
-    blocks with front depth <= 0 are left out (the reference skips them).
-    """
-    cam = nominal_camera(rows, cols, layers, azimuth_deg)
-    f, r, u = cam.basis()
-    pos = np.asarray(cam.position)
-    target, _ = framing(rows, cols, layers)
-    dist = float(np.linalg.norm(target - pos))
-    cell = (2.0 * HALF_SIZE / dist) * PATCH_SCALE
-    slots = [(i, j, k) for i in range(rows) for j in range(cols) for k in range(layers)]
-    centres = np.array([block_center(i, j, k, rows, cols) for i, j, k in slots]) - pos
-    d_c = centres @ f
-    d_f = d_c - HALF_SIZE
-    x = (centres @ r) / d_c
-    y = (centres @ u) / d_c
-    hs = HALF_SIZE / d_c
-    x_lo, x_hi = np.floor((x - hs) / cell).astype(int), np.ceil((x + hs) / cell).astype(int)
-    y_lo, y_hi = np.floor((y - hs) / cell).astype(int), np.ceil((y + hs) / cell).astype(int)
-    gx0, gy0 = int(x_lo.min()) - 1, int(y_lo.min()) - 1
-    width = int(x_hi.max()) + 1 - gx0 + 1
-
-    def mask(xa: int, xb: int, ya: int, yb: int) -> int:
-        row = ((1 << (xb - xa + 1)) - 1) << (xa - gx0)
-        return sum(row << ((yy - gy0) * width) for yy in range(ya, yb + 1))
-
-    order = sorted(range(len(slots)), key=lambda s: d_f[s])  # stable: ties keep (i, j, k) order
-    table = []
-    for s in order:
-        if d_f[s] <= 0:
-            continue
-        xa, xb, ya, yb = int(x_lo[s]), int(x_hi[s]), int(y_lo[s]), int(y_hi[s])
-        table.append((*slots[s], mask(xa, xb, ya, yb), mask(xa - 1, xb + 1, ya - 1, yb + 1)))
-    return tuple(table)
-
-
-def _visible_in_order(h: np.ndarray, azimuth_deg: float) -> list[Block]:
-    layers = int(h.max())
-    if layers == 0:
-        return []
-    heights = h.tolist()
-    written = 0
-    out: list[Block] = []
-    for i, j, k, rect, dilated in _bin_table(h.shape[0], h.shape[1], layers, float(azimuth_deg)):
-        if k >= heights[i][j]:
-            continue
-        if rect & ~written:  # some bin of the rectangle is still absent from the buffer
-            out.append((i, j, k))
-            written |= dilated
-    return out
-
-
-def analytic_visible(height_map: np.ndarray, azimuth_deg: float) -> set[Block]:
-    """Blocks the analytic angular-bin test (section 2.1) finds visible from the nominal camera at an azimuth."""
-    h = as_height_map(height_map, "analytic_visible")
-    return set(_visible_in_order(h, azimuth_deg))
-
-
-def retain(height_map: np.ndarray, azimuth_deg: float = RETENTION_AZIMUTH) -> np.ndarray:
-    """The view-0 retention filter: keep ``support_closure(analytic_visible(H, 0))``, truncating columns."""
-    h = as_height_map(height_map, "retain")
-    out = np.zeros_like(h)
-    for i, j, k in _visible_in_order(h, azimuth_deg):
-        if k + 1 > out[i, j]:
-            out[i, j] = k + 1
-    return out
-
-
-def scene_visible_count(height_map: np.ndarray) -> int:
-    """scene.json ``visible_blocks``: the analytic test's visible count at azimuth 0 (section 4.1)."""
-    return len(analytic_visible(height_map, RETENTION_AZIMUTH))
 
 
 def _uniforms(rng: np.random.Generator, n: int) -> np.ndarray:

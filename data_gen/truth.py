@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from data_gen.camera import LEAF_VIEWS, RESOLUTION, LeafView, leaf_camera
-from data_gen.raycast import cast, visible_set
-from data_gen.structure import Block, as_height_map, structure_id, support_closure
+from data_gen.heightmap import Block, as_height_map
+from data_gen.structure import structure_id
+from data_gen.visibility import cast, support_closure, visible_set
 from spatialiq_train.dataset import GT_INT_FIELDS, GroundTruthError
 
 TASK1_ANSWER = "blocks"

@@ -21,7 +21,7 @@ import numpy as np
 from data_gen import layout
 from data_gen.camera import LeafView
 from spatialiq_train.dataset import GT_INT_FIELDS
-from spatialiq_train.io import atomic_write_bytes, atomic_write_json
+from spatialiq_train.io import atomic_write_bytes, dumps_json
 
 _V = {"_type": "Value"}
 _INT_LIST_LIST = {"feature": {"feature": {"dtype": "int64", **_V}, "_type": "Sequence"}, "_type": "Sequence"}
@@ -101,16 +101,31 @@ def encode_png(rgb: np.ndarray) -> bytes:
 def write_sample(
     out: Path, split: str, scene: Mapping[str, Any], gts: Mapping[LeafView, Mapping[str, Any]],
     images: Mapping[LeafView, bytes] | None = None,
-) -> None:
-    """Write one structure's ``scene.json`` and, per leaf, ``gt.json`` (and ``view.png``), each atomically."""
+) -> dict[str, str]:
+    """Write one structure's ``scene.json`` and, per leaf, ``gt.json`` (and ``view.png``), each atomically.
+
+    Returns ``{path relative to out: sha256}`` of the bytes written, in writing order.
+    """
     sample_idx = int(scene["sample_idx"])
+    written: dict[str, str] = {}
+
+    def put(rel: str, data: bytes) -> None:
+        atomic_write_bytes(out / rel, data)
+        written[rel] = sha256_bytes(data)
+
     for leaf, gt in gts.items():
-        leaf_dir = out / layout.view_relpath(split, sample_idx, leaf)
+        leaf_rel = layout.view_relpath(split, sample_idx, leaf)
         if images is not None:
-            atomic_write_bytes(leaf_dir / layout.IMAGE_FILE, images[leaf])
-        atomic_write_json(leaf_dir / layout.GT_FILE, gt)
+            put(f"{leaf_rel}/{layout.IMAGE_FILE}", images[leaf])
+        put(f"{leaf_rel}/{layout.GT_FILE}", json_bytes(gt))
     # scene.json last: a sample folder with a scene.json has all its views
-    atomic_write_json(out / layout.sample_relpath(split, sample_idx) / layout.SCENE_FILE, dict(scene))
+    put(f"{layout.sample_relpath(split, sample_idx)}/{layout.SCENE_FILE}", json_bytes(dict(scene)))
+    return written
+
+
+def json_bytes(obj: Any) -> bytes:
+    """The bytes ``spatialiq_train.io.atomic_write_json`` writes for ``obj``."""
+    return dumps_json(obj).encode("utf-8")
 
 
 def view_row(

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from data_gen import generate, layout, plan, splits, structure, writer
+from data_gen import executor, generate, identity, layout, plan, shards, splits, structure, writer
 from data_gen.camera import LEAF_VIEWS
 from data_gen.generate import GenConfig, GenerationError, run
+from data_gen.render.device import device_identity as probe_device  # the real probe (tests patch it)
 from spatialiq_train.cli import app
 
 RES = 48  # small images keep the ray casts fast; test_resolution_512 covers the benchmark size once
@@ -29,6 +30,16 @@ def truth() -> types.ModuleType:
     import data_gen.truth as module
 
     return module
+
+
+@pytest.fixture(autouse=True)
+def fake_device(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """A fixed device identity: tests never probe this machine's GPU, CPU or LLVM (nor touch Dr.Jit's backends)."""
+    from data_gen.render import device
+
+    ident: dict[str, object] = {"cpu_arch": "test-arch"}
+    monkeypatch.setattr(device, "device_identity", lambda name, variant: dict(ident) if name == "mitsuba" else None)
+    return ident
 
 
 def cfg(out: Path, **kw: object) -> GenConfig:
@@ -272,14 +283,42 @@ def test_renderer_writes_png_and_image_column(tmp_path: Path, truth: types.Modul
     assert (tmp_path / ds[0]["view"] / "view.png").read_bytes() == writer.encode_png(np.asarray(img))
 
 
+class HidingRenderer(FakeRenderer):
+    """An instance buffer that differs from the ray caster's: per view, the lowest-id visible block with a visible
+    block right above it owns no pixel (its pixels show the ground), so the buffer hides a supporting block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffers: list[set[tuple[int, int, int]]] = []
+
+    def render(self, spec):  # noqa: ANN001, ANN201
+        from data_gen.render import RenderResult
+        from data_gen.visibility import block_id, visible_set
+
+        result = super().render(spec)
+        cols = len(spec.height_map[0])
+        ids = result.instance_ids.copy()
+        seen = visible_set(ids, cols)
+        supporting = sorted(b for b in seen if (b[0], b[1], b[2] + 1) in seen)
+        if supporting:
+            ids[ids == block_id(*supporting[0], cols)] = -1
+        self.buffers.append(visible_set(ids, cols))
+        return RenderResult(rgb=result.rgb, instance_ids=ids)
+
+
 def test_can_visibility_comes_from_the_instance_buffer(tmp_path: Path) -> None:
     run(cfg(tmp_path / "cube", structures=1), progress=False)
-    run(cfg(tmp_path / "can", structures=1, renderer="mitsuba", object_type="can"), renderer=FakeRenderer(),
+    renderer = HidingRenderer()
+    run(cfg(tmp_path / "can", structures=1, renderer="mitsuba", object_type="can"), renderer=renderer,
         progress=False)
-    for leaf in LEAF_VIEWS:
+    differs = 0
+    for leaf, buffer in zip(LEAF_VIEWS, renderer.buffers, strict=True):  # rendered in leaf order
         rel = layout.view_relpath("train", 1, leaf)
         cube, can = layout.read_gt(tmp_path / "cube" / rel), layout.read_gt(tmp_path / "can" / rel)
-        assert can["object_type"] == "can" and can["visible_blocks"] == cube["visible_blocks"]
+        assert can["object_type"] == "can"
+        assert can["visible_blocks"] == sorted(list(b) for b in buffer)  # what the buffer shows, not the caster
+        differs += can["visible_blocks"] != cube["visible_blocks"]
+    assert differs > 0  # the buffer really hid blocks the ray caster sees
 
 
 def test_renderer_crash_names_the_view_and_leaves_the_shard_incomplete(
@@ -441,9 +480,9 @@ def test_render_variant_needs_the_mitsuba_renderer(tmp_path: Path) -> None:
 def test_parent_builds_a_renderer_only_when_it_renders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[int] = []
     handed: list[object] = []
-    monkeypatch.setattr(generate, "make_renderer", lambda c: built.append(c.workers) or VariantRenderer("scalar_rgb"))
-    monkeypatch.setattr(generate, "_resolve_variant", lambda c: "llvm_ad_rgb")
-    monkeypatch.setattr(generate, "generate_shards", lambda c, todo, renderer, progress, backend: handed.append(
+    monkeypatch.setattr(identity, "make_renderer", lambda c: built.append(c.workers) or VariantRenderer("scalar_rgb"))
+    monkeypatch.setattr(identity, "_resolve_variant", lambda c: "llvm_ad_rgb")
+    monkeypatch.setattr(executor, "generate_shards", lambda c, todo, renderer, progress, backend: handed.append(
         (renderer, c.render_variant, backend["variant"])))
     with pytest.raises(GenerationError, match="not complete"):  # the shards were not written: merge refuses
         run(cfg(tmp_path / "many", structures=1, renderer="mitsuba", workers=2), progress=False)
@@ -454,7 +493,7 @@ def test_parent_builds_a_renderer_only_when_it_renders(tmp_path: Path, monkeypat
 
 
 def test_missing_dependency_fails_fast_with_several_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(generate, "_importable", lambda module: False)
+    monkeypatch.setattr(identity, "_importable", lambda module: False)
     with pytest.raises(GenerationError, match=r"--renderer isaacsim is unavailable .*pip install -e '\.\[isaacsim\]'"):
         run(cfg(tmp_path, structures=1, renderer="isaacsim", workers=2), progress=False)
     assert not tmp_path.joinpath("gen_config.json").exists()
@@ -464,7 +503,7 @@ def test_planning_workers_build_no_renderer(monkeypatch: pytest.MonkeyPatch) -> 
     def boom(c: GenConfig) -> None:
         raise AssertionError("a planning worker built a renderer")
 
-    monkeypatch.setattr(generate, "make_renderer", boom)
+    monkeypatch.setattr(identity, "make_renderer", boom)
     c = cfg(Path("x"), renderer="mitsuba", workers=2)
     generate._init_worker(c.model_dump_json(), False)
     assert generate._STATE["renderer"] is None and generate._STATE["cfg"] == c
@@ -519,13 +558,13 @@ def test_a_renderer_built_by_run_is_closed_and_an_injected_one_is_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ClosingRenderer, "closed", 0)
-    monkeypatch.setattr(generate, "make_renderer", lambda c: ClosingRenderer("scalar_rgb"))
+    monkeypatch.setattr(identity, "make_renderer", lambda c: ClosingRenderer("scalar_rgb"))
     run(cfg(tmp_path / "built", structures=1, renderer="mitsuba"), progress=False)
     assert ClosingRenderer.closed == 1
     run(cfg(tmp_path / "given", structures=1, renderer="mitsuba"), renderer=ClosingRenderer("scalar_rgb"),
         progress=False)
     assert ClosingRenderer.closed == 1
-    monkeypatch.setattr(generate, "merge", lambda out: (_ for _ in ()).throw(GenerationError("boom")))
+    monkeypatch.setattr(shards, "merge", lambda out: (_ for _ in ()).throw(GenerationError("boom")))
     with pytest.raises(GenerationError, match="boom"):
         run(cfg(tmp_path / "fails", structures=1, renderer="mitsuba"), progress=False)
     assert ClosingRenderer.closed == 2  # closed on failure too
@@ -540,6 +579,165 @@ def test_plan_only_asks_its_workers_for_no_renderer(tmp_path: Path, monkeypatch:
         real_init(self, c, renderer, render)
 
     monkeypatch.setattr(generate._Executor, "__init__", spy)
-    monkeypatch.setattr(generate, "make_renderer", lambda c: (_ for _ in ()).throw(AssertionError("built")))
+    monkeypatch.setattr(identity, "make_renderer", lambda c: (_ for _ in ()).throw(AssertionError("built")))
     run(cfg(tmp_path, structures=2, renderer="mitsuba", workers=2), progress=False, plan_only=True)
     assert flags == [False] and (tmp_path / "plan.json").is_file()
+
+
+H100 = {"gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "driver": "550.54.15", "cuda": "12.4"}
+
+
+class DeviceRenderer(VariantRenderer):
+    """A fake cuda Mitsuba renderer on a given GPU (``device`` as render_backend reads it)."""
+
+    def __init__(self, **device: str) -> None:
+        super().__init__("cuda_ad_rgb")
+        self.device = {**H100, **device}
+
+
+def test_the_render_device_is_recorded_and_a_shard_on_another_device_is_refused(tmp_path: Path) -> None:
+    shard0 = cfg(tmp_path, structures=2, num_shards=2, shard=0, renderer="mitsuba")
+    run(shard0, renderer=DeviceRenderer(), progress=False)
+    recorded = json.loads((tmp_path / "gen_config.json").read_text())["render_backend"]
+    assert recorded["device"] == H100
+    assert json.loads((tmp_path / "shards/train-00000-of-00002.done.json").read_text())["render_backend"] == recorded
+    shard1 = cfg(tmp_path, structures=2, num_shards=2, shard=1, renderer="mitsuba")
+    with pytest.raises(GenerationError, match=r"\(shard 1 of 2\): this dataset was rendered on a device with driver "
+                                              r"'550\.54\.15'; this machine has driver '535\.104\.05'"):
+        run(shard1, renderer=DeviceRenderer(driver="535.104.05"), progress=False)
+    message = (r"device with gpu 'NVIDIA H100 80GB HBM3', compute_capability '9\.0'; "
+               r"this machine has gpu 'NVIDIA A100-SXM4-80GB', compute_capability '8\.0'")
+    with pytest.raises(GenerationError, match=message):
+        run(shard1, renderer=DeviceRenderer(gpu="NVIDIA A100-SXM4-80GB", compute_capability="8.0"), progress=False)
+    assert not (tmp_path / "shards/train-00001-of-00002.done.json").exists()
+    run(shard1, renderer=DeviceRenderer(), progress=False)
+    assert generate.merge(tmp_path)["arguments"]["render_backend"] == recorded
+
+
+def test_merge_names_the_shard_and_the_device_field_that_differs(tmp_path: Path) -> None:
+    run(cfg(tmp_path, structures=2, num_shards=2, renderer="mitsuba"), renderer=DeviceRenderer(), progress=False)
+    done = tmp_path / "shards/train-00001-of-00002.done.json"
+    record = json.loads(done.read_text())
+    record["render_backend"]["device"]["compute_capability"] = "8.6"  # a Slurm task that raced on another node
+    done.write_text(json.dumps(record))
+    with pytest.raises(GenerationError, match=r"train-00001-of-00002\.done\.json: this dataset was rendered on a "
+                                              r"device with compute_capability '9\.0'; this machine has "
+                                              r"compute_capability '8\.6'.*delete this shard's \.done\.json"):
+        generate.merge(tmp_path)
+
+
+def test_a_backend_recorded_without_a_device_is_refused_by_name(tmp_path: Path) -> None:
+    run(cfg(tmp_path, structures=2, num_shards=2, shard=0, renderer="mitsuba"), renderer=DeviceRenderer(),
+        progress=False)
+    path = tmp_path / "gen_config.json"
+    old = json.loads(path.read_text())
+    del old["render_backend"]["device"]  # as written before the device was recorded
+    path.write_text(json.dumps(old))
+    with pytest.raises(GenerationError, match="the recorded backend has no render device identity"):
+        run(cfg(tmp_path, structures=2, num_shards=2, shard=1, renderer="mitsuba"), renderer=DeviceRenderer(),
+            progress=False)
+
+
+def test_the_device_is_probed_when_the_renderer_names_none(tmp_path: Path, fake_device: dict[str, object]) -> None:
+    run(cfg(tmp_path, structures=1, renderer="mitsuba"), renderer=VariantRenderer("scalar_rgb"), progress=False)
+    assert json.loads((tmp_path / "gen_config.json").read_text())["render_backend"]["device"] == fake_device
+    assert identity.render_backend(cfg(tmp_path), FakeRenderer()) is None  # renderer none records no backend
+
+
+FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >> "$SMI_LOG"
+case "$*" in
+  *--query-gpu=*) echo "NVIDIA H100 80GB HBM3, 550.54.15, 9.0";;
+  *) echo "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4 |";;
+esac
+"""
+
+
+def test_device_probe_reads_the_visible_gpu_and_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    from data_gen.render import device
+
+    (tmp_path / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("SMI_LOG", str(tmp_path / "smi.log"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1234,GPU-5678")
+    assert probe_device("isaacsim", None) == H100  # no Dr.Jit: compute capability and CUDA version from nvidia-smi
+    assert "-i GPU-1234 --query-gpu=name,driver_version,compute_cap" in (tmp_path / "smi.log").read_text()
+    monkeypatch.setattr(device, "_drjit_cuda", lambda: ("8.9", "12.6"))  # Dr.Jit's own device wins for Mitsuba
+    assert probe_device("mitsuba", "cuda_ad_rgb") == {**H100, "compute_capability": "8.9", "cuda": "12.6"}
+    monkeypatch.setattr(device, "_drjit_llvm_version", lambda: "19.1.7")
+    monkeypatch.setattr(device, "cpu_vector_isa", lambda: "avx2")
+    arch = platform.machine()
+    assert probe_device("mitsuba", "llvm_ad_rgb") == {"cpu_arch": arch, "cpu_isa": "avx2", "llvm": "19.1.7"}
+    assert probe_device("mitsuba", "scalar_rgb") == {"cpu_arch": arch}
+    assert probe_device("fake", None) is None
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi, no Dr.Jit CUDA: every field unknown
+    assert probe_device("isaacsim", None) == dict.fromkeys(H100)
+
+
+def test_verify_reports_damaged_files_and_a_rerun_repairs_them_byte_for_byte(tmp_path: Path) -> None:
+    c = cfg(tmp_path, structures=4, num_shards=2, renderer="mitsuba")
+    run(c, renderer=FakeRenderer(), progress=False)
+    original = tree(tmp_path)
+    verify = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
+    assert verify.exit_code == 0 and "verified 134 file(s)" in verify.output and "all match" in verify.output
+    gt = layout.view_relpath("train", 1, LEAF_VIEWS[3]) + "/gt.json"
+    png = layout.view_relpath("train", 4, LEAF_VIEWS[9]) + "/view.png"
+    for rel in (gt, png):
+        (tmp_path / rel).write_bytes(original[rel][: len(original[rel]) // 2])  # truncated
+    verify = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
+    assert verify.exit_code == 1
+    for rel in (gt, png):
+        found = writer.sha256_bytes(original[rel][: len(original[rel]) // 2])
+        assert f"MISMATCH {rel}: expected sha256 {writer.sha256_bytes(original[rel])}, found {found}" in verify.output
+    assert "2 mismatch(es)" in verify.output
+    renderer = FakeRenderer()
+    run(c, renderer=renderer, progress=False)  # the same arguments: repairs sample 1 (shard 0) and 4 (shard 1)
+    assert renderer.calls == 2 * len(LEAF_VIEWS)  # only the two damaged structures were regenerated
+    assert tree(tmp_path) == original
+    assert CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)]).exit_code == 0
+
+
+def test_verify_reports_a_missing_file_a_bad_parquet_and_an_incomplete_shard(tmp_path: Path) -> None:
+    run(cfg(tmp_path, structures=2, num_shards=2), progress=False)
+    original = tree(tmp_path)
+    scene = layout.sample_relpath("train", 2) + "/scene.json"
+    (tmp_path / scene).unlink()
+    parquet = "data/train-00000-of-00002.parquet"
+    (tmp_path / parquet).write_bytes(b"PAR1")
+    verify = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
+    assert verify.exit_code == 1
+    assert f"MISMATCH {scene}: expected sha256 {writer.sha256_bytes(original[scene])}, found missing" in verify.output
+    assert f"MISMATCH {parquet}: expected sha256 {writer.sha256_bytes(original[parquet])}" in verify.output
+    run(cfg(tmp_path, structures=2, num_shards=2, workers=2), progress=False)  # shard 0 redone, sample 2 repaired
+    assert tree(tmp_path) == original
+    (tmp_path / "shards/train-00001-of-00002.done.json").unlink()
+    verify = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
+    assert verify.exit_code == 1 and "INCOMPLETE data/train-00001-of-00002.parquet" in verify.output
+
+
+def test_verify_needs_a_generated_directory_and_gen_needs_its_options(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
+    assert result.exit_code == 1 and "has no gen_config.json" in result.output
+    result = CliRunner().invoke(app, ["gen", "--out", str(tmp_path), "--seed", "1"])
+    assert result.exit_code == 2 and "missing option(s) --structures, --split" in result.output
+
+
+def test_a_repair_that_does_not_reproduce_the_bytes_is_refused(tmp_path: Path, truth: types.ModuleType,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    run(cfg(tmp_path, structures=1), progress=False)
+    gt = tmp_path / layout.view_relpath("train", 1, LEAF_VIEWS[0]) / "gt.json"
+    gt.write_text("{")
+    original = truth.structure_truth
+
+    def other(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - as another machine's truth would differ
+        out = original(*args, **kwargs)
+        out[LEAF_VIEWS[0]]["task9"] += 1
+        return out
+
+    monkeypatch.setattr(truth, "structure_truth", other)
+    with pytest.raises(GenerationError, match=r"gt\.json: regenerated with sha256 .* this machine does not "
+                                              "reproduce the dataset"):
+        run(cfg(tmp_path, structures=1), progress=False)

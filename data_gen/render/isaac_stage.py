@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from data_gen.camera import APERTURE_MM, BLOCK_SIZE, Camera, block_center
-from data_gen.raycast import block_id
 from data_gen.render import materials
 from data_gen.render.base import SceneSpec
 from data_gen.render.mitsuba_backend import check_spec
+from data_gen.visibility import block_id
 
 WORLD = "/World"
 BLOCKS_ROOT = "/World/Blocks"

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from data_gen.camera import BLOCK_SIZE, NEAR_CLIP, Camera, block_center
-from data_gen.raycast import block_id
 from data_gen.render import materials
 from data_gen.render.base import OBJECT_TYPES, RenderError, RenderResult, SceneSpec
+from data_gen.visibility import block_id
 
 log = logging.getLogger(__name__)
 

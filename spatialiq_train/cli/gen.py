@@ -9,9 +9,11 @@ import typer
 
 def gen(
     out: Path = typer.Option(..., "--out", help="Dataset directory (a rerun with the same arguments resumes)."),
-    structures: int = typer.Option(..., "--structures", help="Number of structures; each gives 16 leaf views."),
-    seed: int = typer.Option(..., "--seed", help="Master seed (>= 0); structure i comes from (seed, candidate i)."),
-    split: str = typer.Option(..., "--split", help="train or benchmark (decided per structure by its hash)."),
+    structures: int | None = typer.Option(None, "--structures",
+                                          help="Number of structures; each gives 16 leaf views (not with --verify)."),
+    seed: int | None = typer.Option(None, "--seed",
+                                    help="Master seed (>= 0); structure i comes from (seed, candidate i)."),
+    split: str | None = typer.Option(None, "--split", help="train or benchmark (decided per structure by its hash)."),
     workers: int = typer.Option(1, "--workers", help="Worker processes."),
     renderer: str = typer.Option("none", "--renderer", help="none (ground truth only), mitsuba or isaacsim."),
     object_type: str = typer.Option("cube", "--object-type", help="cube, or can (needs a renderer)."),
@@ -24,6 +26,8 @@ def gen(
              "The resolved one is recorded; a resume or shard on a machine resolving another is refused."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     plan_only: bool = typer.Option(False, "--plan-only", help="Only write OUT/plan.json (before a Slurm array)."),
+    verify: bool = typer.Option(False, "--verify", help="Only re-read every file of OUT against its recorded sha256 "
+                                "and report each mismatch (exit 1 if any); a gen rerun repairs them."),
 ) -> None:
     """Generate cube scenes with exact ground truth: the per-view layout and parquet shards under OUT."""
     from pydantic import ValidationError
@@ -32,6 +36,14 @@ def gen(
     from spatialiq_train.cli.options import option_errors
     from spatialiq_train.errors import UserError
 
+    if verify:
+        _verify(out)
+        return
+    missing = [flag for flag, value in (("--structures", structures), ("--seed", seed), ("--split", split))
+               if value is None]
+    if missing:
+        raise UserError(f"missing option(s) {', '.join(missing)} (every run needs --out, --structures, --seed and "
+                        "--split; only --verify needs --out alone)")
     try:
         cfg = GenConfig(out=out, structures=structures, seed=seed, split=split, workers=workers, renderer=renderer,
                         object_type=object_type, shard=shard, num_shards=num_shards, resolution=resolution,
@@ -46,6 +58,25 @@ def gen(
         typer.echo(f"{c['structures']} structures, {c['views']} views, {len(manifest['shards'])} shard(s) in {out}")
     else:
         typer.echo(f"shard {shard} of {cfg.shard_count} complete; once all are, run: spatialiq gen-merge --out {out}")
+
+
+def _verify(out: Path) -> None:
+    """``gen --verify``: one line per mismatch (file, expected, found), a summary, exit 1 when any."""
+    from data_gen.verify import verify
+    from spatialiq_train.errors import EXIT_FAILURE, UserError
+
+    report = verify(out)
+    for mismatch in report.mismatches:
+        typer.echo(f"MISMATCH {mismatch.line()}", err=True)
+    for rel in report.incomplete:
+        typer.echo(f"INCOMPLETE {rel}: no completion record (rerun spatialiq gen with the same arguments)", err=True)
+    for note in report.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(report.summary())
+    if not report.ok:
+        raise UserError(f"{len(report.mismatches)} file(s) differ from their recorded sha256 and "
+                        f"{len(report.incomplete)} shard(s) are incomplete (listed above); rerun spatialiq gen with "
+                        "the same arguments to repair", exit_code=EXIT_FAILURE)
 
 
 def gen_merge(out: Path = typer.Option(..., "--out", help="Dataset directory of a sharded (Slurm array) run.")) -> None:
