@@ -183,3 +183,42 @@ def test_real_registries_accept_our_environments() -> None:
     for name, fqn in ACTOR_CLASSES.items():
         assert ENV_REGISTRY[name]["actor_class_fqn"] == fqn
         assert get_actor_python_env(fqn) == api.system_executable
+
+
+# --- the CLI ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(nemo_available(), reason="NeMo-RL is importable here")
+@pytest.mark.parametrize("phase", ["rl", "sft"])
+def test_cli_without_nemo_rl_is_exit_2_naming_the_container(tmp_path: Path, phase: str) -> None:
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    result = CliRunner().invoke(app, ["nemo", phase, "--config", str(tmp_path / "any.yaml")])
+    assert result.exit_code == 2, result.output
+    assert "error: NeMo-RL is not importable" in result.output
+    assert "nvcr.io/nvidia/nemo-rl:v0.7.0" in result.output and "docs/cluster.md" in result.output
+
+
+def test_cli_dynamic_sampling_cap_is_exit_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    api, rec = standin_api(StandinRecorder(grpo_train_raises=ValueError(CAP_ERROR)))
+    monkeypatch.setattr(driver, "load_api", lambda: api)
+    result = CliRunner().invoke(app, ["nemo", "rl", "--config", str(_config(tmp_path)), "grpo.max_num_steps=2"])
+    assert result.exit_code == 3, result.output
+    assert "error: dynamic sampling reached grpo.dynamic_sampling_max_gen_batches (10)" in result.output
+    assert rec.called("grpo_setup")[0]["master_config"].grpo["max_num_steps"] == 2
+
+
+def test_cli_convert_refuses_a_non_checkpoint_with_exit_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    result = CliRunner().invoke(app, ["nemo", "convert", "--checkpoint", str(tmp_path), "--out",
+                                      str(tmp_path / "hf"), "--recipe", "tiny_cpu"])
+    assert result.exit_code == 2 and "neither a NeMo-RL step folder" in result.output
