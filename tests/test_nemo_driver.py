@@ -152,6 +152,8 @@ def test_resume_logs_the_newest_step_and_refuses_another_recipe(tmp_path: Path, 
     ({"phase": "sft"}, [], "this config is for `spatialiq nemo sft`"),
     ({}, ["grpo.no_such_key=1"], "overrides grpo.no_such_key=1 rejected"),
     ({"recipe": "no_such_recipe"}, [], "recipe file no_such_recipe does not exist"),
+    ({"validation": False}, [], "ask for validation but there is no validation split"),
+    ({}, ["checkpointing.checkpoint_dir=null"], "checkpoint_dir is not set"),
 ])
 def test_config_errors_name_the_key(tmp_path: Path, section: dict[str, Any], overrides: list[str],
                                     message: str) -> None:

@@ -105,6 +105,8 @@ def check_resume(config: dict[str, Any]) -> Path | None:
     if not ckpt.get("enabled", False):
         log.warning("checkpointing.enabled is false: this run cannot be resumed")
         return None
+    if not ckpt.get("checkpoint_dir"):
+        raise UserError("checkpointing.enabled is true but checkpointing.checkpoint_dir is not set")
     step = latest_step(ckpt["checkpoint_dir"])
     if step is None:
         log.info("no checkpoint in %s: starting fresh", ckpt["checkpoint_dir"])
@@ -214,6 +216,10 @@ def _run_rl(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> None:
                         "the prompt string with the images)")
     register_environments(api)
     train, val = _datasets(api, plan, "rl", processor, master)
+    if val is None and any(master.grpo.get(k) for k in ("val_period", "val_at_start", "val_at_end")):
+        raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but there is no validation "
+                        "split (spatialiq.validation is false, or the recipe's data.eval_split is null and "
+                        "spatialiq.val_split unset)")
     log_dir = Path(master.logger["log_dir"])
     for name in (TRAIN_ENV, VAL_ENV):
         if name in master.env:
