@@ -11,6 +11,7 @@ import pytest
 import yaml
 from _train_support import one_thread, tiny_model_dir
 
+from spatialiq_train.errors import UserError
 from spatialiq_train.nemo.convert import ConvertError, convert, find_step, locate_weights
 from spatialiq_train.nemo.runtime import nemo_available
 
@@ -82,7 +83,7 @@ def test_refusals_name_the_problem(tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     with pytest.raises(ConvertError, match="already exists"):
         convert(step, tmp_path / "taken", "tiny_cpu")
-    with pytest.raises(ConvertError, match="--recipe: recipe file nope does not exist"):
+    with pytest.raises(UserError, match="--recipe: recipe file nope does not exist"):
         convert(step, tmp_path / "out", "nope")
     if not nemo_available():
         dcp = tmp_path / "d" / "step_1"

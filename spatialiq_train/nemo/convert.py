@@ -172,19 +172,16 @@ def processor_source(step: Path, step_config: dict[str, Any]) -> str:
 
 def convert(checkpoint: str | Path, out: str | Path, recipe: str | Path) -> Path:
     """Convert, check and move into place; returns ``out``. An existing ``out`` is refused."""
-    from spatialiq_train.cli.train import load_checked
     from spatialiq_train.io import atomic_write_text
+    from spatialiq_train.nemo.settings import load_recipe_checked
     from spatialiq_train.processor import budget_of
-    from spatialiq_train.recipes import RecipeError, recipe_to_yaml
+    from spatialiq_train.recipes import recipe_to_yaml
     from spatialiq_train.release.checkpoint import write_processor
 
     out = Path(out)
     if out.exists():
         raise ConvertError(f"--out {out}: already exists; choose a new folder")
-    try:
-        rec = load_checked(Path(recipe))
-    except RecipeError as exc:
-        raise ConvertError(f"--recipe: {exc}") from None
+    rec = load_recipe_checked(recipe, what="--recipe")
     step = find_step(Path(checkpoint))
     step_config = read_step_config(step)
     kind, weights = locate_weights(step)

@@ -82,18 +82,29 @@ def read_settings(config: dict[str, Any], source: Path) -> DriverSettings:
         raise UserError(f"{source}: {problems} (valid keys: {valid})") from None
 
 
+def load_recipe_checked(recipe: str | Path, overrides: list[str] | None = None, what: str = "recipe") -> Any:
+    """A recipe (file or shipped name) whose every reward name exists in the reward registry."""
+    from reward.registry import get_reward
+    from spatialiq_train.recipes import RecipeError, load_recipe
+
+    try:
+        rec = load_recipe(Path(recipe), list(overrides or []))
+    except RecipeError as exc:
+        raise UserError(f"{what}: {exc}") from None
+    for name in rec.reward.weights:
+        try:
+            get_reward(name)
+        except ValueError as exc:
+            raise UserError(f"{what} {recipe}: reward.weights.{name}: {exc}") from None
+    return rec
+
+
 def plan_data(settings: DriverSettings, phase: Literal["sft", "rl"]) -> DataPlan:
     """Settings over the recipe's defaults; the recipe's reward names are checked against the registry."""
-    from spatialiq_train.cli.train import load_checked
-    from spatialiq_train.recipes import RecipeError
-
     if settings.phase is not None and settings.phase != phase:
         raise UserError(f"{SECTION}.phase is {settings.phase!r}: this config is for `spatialiq nemo "
                         f"{settings.phase}`, not `spatialiq nemo {phase}`")
-    try:
-        recipe = load_checked(Path(settings.recipe), settings.recipe_overrides)
-    except RecipeError as exc:
-        raise UserError(f"{SECTION}.recipe: {exc}") from None
+    recipe = load_recipe_checked(settings.recipe, settings.recipe_overrides, what=f"{SECTION}.recipe")
     data = recipe.data
     default_split = data.rl_split if phase == "rl" else data.sft_split
     val = (settings.val_split or data.eval_split) if settings.validation else None
