@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 from spatialiq_train.cli import demo as demo_cli
 from spatialiq_train.cli import eval as eval_cli
 from spatialiq_train.cli import gen as gen_cli
+from spatialiq_train.cli import nemo as nemo_cli
 from spatialiq_train.cli import release as release_cli
 from spatialiq_train.cli import reward as reward_cli
 from spatialiq_train.cli import sweep as sweep_cli
@@ -57,7 +58,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, release_cli, demo_cli, sweep_cli):
+for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, nemo_cli, release_cli, demo_cli, sweep_cli):
     _module.register(app)
 
 

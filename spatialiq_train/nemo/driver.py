@@ -1,0 +1,267 @@
+"""Our NeMo-RL driver: GRPO/DAPO and SFT of Qwen2.5-VL on our traces, with our reward environments.
+
+Pinned to NeMo-RL v0.7.0 (container ``nvcr.io/nvidia/nemo-rl:v0.7.0``). The stock ``examples/run_vlm_grpo.py``
+calls ``setup_response_data(..., is_vlm=True)``, which builds every environment as the built-in ``vlm`` one, so a
+custom reward needs its own driver. This one follows the stock flow and differs where our data and rewards enter:
+
+1. load the YAML (``load_config``, NeMo-RL's ``defaults:`` inheritance), apply the command line's Hydra overrides,
+   resolve it, read our ``spatialiq`` section (:class:`DriverSettings`) and the recipe it names;
+2. fill ``env.spatialiq`` (the recipe's ``reward.weights``) and ``env.spatialiq_exact_match`` (validation), and
+   name the datasets in ``data.train`` / ``data.validation`` (NeMo-RL's dataset-swap guard reads that name when it
+   resumes), then build ``MasterConfig``;
+3. ``get_next_experiment_dir``, ``init_ray``, ``get_tokenizer(..., get_processor=True)``; the recipe's pixel
+   budget is set on that processor, and images are resized to it in our data processor (vLLM gets them resized);
+4. register our environments in both registries NeMo-RL consults: ``register_env`` (``ENV_REGISTRY``, name ->
+   actor class path) and ``ACTOR_ENVIRONMENT_REGISTRY`` (class path -> the system Python), without which
+   ``create_env`` raises; environments are created here, before ``setup`` (as ``setup_response_data`` does);
+5. build ``AllTaskProcessedDataset``s from our rows with :class:`spatialiq_train.nemo.data.DatumProcessor`
+   (the first datum is built at once, so a bad row, image or length limit fails before any GPU work);
+6. ``grpo.setup(master_config, tokenizer, dataset, val_dataset, processor=processor)`` (13-tuple) and
+   ``grpo_train`` with its 12 positional parameters; SFT: ``sft.setup(master_config, processor, train, val)``
+   (9-tuple) and ``sft_train`` (9 parameters), the processor standing in for the tokenizer as ``run_vlm_sft.py``
+   passes it.
+
+Resuming: NeMo-RL's ``setup`` resumes from the newest ``step_N`` in ``checkpointing.checkpoint_dir`` (weights,
+optimizer, dataloader position, step counters). This driver logs which one and refuses a checkpoint folder made
+from another recipe or dataset. Rerun the same command to continue.
+
+Exit codes: 0 done; 2 bad input (config, recipe, rows, NeMo-RL not importable); 3 dynamic sampling reached
+``grpo.dynamic_sampling_max_gen_batches`` without filling a batch (NeMo-RL raises and stops; the last checkpoint
+stays resumable); 1 any other failure.
+
+On NeMo-RL main (7ea279a, after v0.7.0): ``grpo_train`` takes ``processor=`` as a 13th, keyword parameter (pass
+it there); ``GRPOConfig``/``RewardShapingConfig`` are pydantic models (attribute access); ``run_vlm_grpo.py``
+dispatches to ``async_grpo_train`` when ``grpo.async_grpo.enabled``. ``setup``, ``sft.setup``, ``sft_train``,
+``register_env`` and ``create_env`` keep their v0.7.0 signatures.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import ValidationError
+
+from spatialiq_train.errors import UserError
+from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
+from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
+from spatialiq_train.nemo.runtime import NemoApi, load_api
+from spatialiq_train.nemo.settings import DataPlan, DriverSettings, plan_data, read_settings
+
+log = logging.getLogger(__name__)
+
+Phase = Literal["sft", "rl"]
+EXIT_DYNAMIC_SAMPLING_CAP = 3
+"""Exit status when dynamic sampling reaches its cap (NeMo-RL raises and the run stops)."""
+DYNAMIC_SAMPLING_CAP_TEXT = "Dynamic sampling has reached the maximum allowed number of batches"
+"""The start of the ValueError NeMo-RL v0.7.0 raises at the cap (``nemo_rl.algorithms.grpo.dynamic_sampling``)."""
+_STEP_DIR = re.compile(r"step_(\d+)")
+
+__all__ = ["DataPlan", "DriverSettings", "DynamicSamplingCapError", "EXIT_DYNAMIC_SAMPLING_CAP", "NemoApi", "run"]
+
+
+class DynamicSamplingCapError(UserError):
+    """Dynamic sampling spent its generation batches without a full batch of groups whose rewards vary."""
+
+    exit_code = EXIT_DYNAMIC_SAMPLING_CAP
+
+
+@contextmanager
+def dynamic_sampling_exit(cap: Any) -> Iterator[None]:
+    """Turn NeMo-RL's ValueError at the dynamic-sampling cap into :class:`DynamicSamplingCapError` (exit 3)."""
+    try:
+        yield
+    except ValueError as exc:
+        if DYNAMIC_SAMPLING_CAP_TEXT not in str(exc):
+            raise
+        raise DynamicSamplingCapError(
+            f"dynamic sampling reached grpo.dynamic_sampling_max_gen_batches ({cap}) without a full batch of "
+            "prompt groups whose rewards vary, and NeMo-RL stopped the run. Raise "
+            "grpo.dynamic_sampling_max_gen_batches or grpo.batch_multiplier, or check the rewards (all samples of "
+            "a group scoring alike); rerun the same command to resume from the last checkpoint") from exc
+
+
+# --- checkpoints ------------------------------------------------------------------------------------------------
+
+
+def latest_step(checkpoint_dir: str | Path) -> Path | None:
+    """The newest finished checkpoint (``step_N``, highest N) in ``checkpoint_dir``, as NeMo-RL resumes from it;
+    ``tmp_step_N`` (unfinished) and ``old_step_N`` folders are not checkpoints."""
+    root = Path(checkpoint_dir)
+    if not root.is_dir():
+        return None
+    steps = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.fullmatch(p.name))]
+    return max(steps)[1] if steps else None
+
+
+def check_resume(config: dict[str, Any]) -> Path | None:
+    """The checkpoint NeMo-RL will resume from (logged), refused when it was made from another recipe or data."""
+    ckpt = config.get("checkpointing") or {}
+    if not ckpt.get("enabled", False):
+        log.warning("checkpointing.enabled is false: this run cannot be resumed")
+        return None
+    if not ckpt.get("checkpoint_dir"):
+        raise UserError("checkpointing.enabled is true but checkpointing.checkpoint_dir is not set")
+    step = latest_step(ckpt["checkpoint_dir"])
+    if step is None:
+        log.info("no checkpoint in %s: starting fresh", ckpt["checkpoint_dir"])
+        return None
+    saved_file = step / "config.yaml"
+    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) if saved_file.is_file() else {}
+    mine, theirs = config.get("spatialiq") or {}, (saved or {}).get("spatialiq") or {}
+    if theirs and (theirs.get("recipe"), theirs.get("phase")) != (mine.get("recipe"), mine.get("phase")):
+        raise UserError(f"{saved_file}: this checkpoint folder was made by phase {theirs.get('phase')!r} of recipe "
+                        f"{theirs.get('recipe')!r}; this run is phase {mine.get('phase')!r} of "
+                        f"{mine.get('recipe')!r}: set checkpointing.checkpoint_dir to a new folder")
+    log.info("resuming from %s", step)
+    return step
+
+
+# --- config -----------------------------------------------------------------------------------------------------
+
+
+def _env_config(config: dict[str, Any], name: str, reward: Any) -> dict[str, Any]:
+    envs = config.setdefault("env", {}) or {}
+    config["env"] = envs
+    current = dict(envs.get(name) or {})
+    if current.get("reward") not in (None, reward):
+        raise UserError(f"env.{name}.reward is {current['reward']!r} but the recipe gives {reward!r}; the recipe's "
+                        f"reward.weights decide the reward (drop env.{name}.reward or change the recipe)")
+    return {**current, "reward": reward}
+
+
+def prepare_config(config: dict[str, Any], phase: Phase, plan: DataPlan) -> dict[str, Any]:
+    """Our pieces filled into the resolved NeMo-RL config (a new dict): environments, dataset names, phase."""
+    out = dict(config)
+    out["spatialiq"] = {**(config.get("spatialiq") or {}), "phase": phase}
+    data = dict(out.get("data") or {})
+    env_name = {"env_name": TRAIN_ENV} if phase == "rl" else {}
+    data["train"] = {"dataset_name": plan.dataset_name(plan.train_split), **env_name}
+    data["validation"] = None if plan.val_split is None else {
+        "dataset_name": plan.dataset_name(plan.val_split), **({"env_name": VAL_ENV} if phase == "rl" else {})}
+    out["data"] = data
+    if phase == "rl":
+        out["env"] = dict(out.get("env") or {})
+        out["env"][TRAIN_ENV] = _env_config(out, TRAIN_ENV, dict(plan.reward_weights))
+        if plan.val_split is not None:
+            out["env"][VAL_ENV] = _env_config(out, VAL_ENV, "exact_match")
+    return out
+
+
+def load_resolved(api: NemoApi, config_path: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
+    """The YAML with NeMo-RL's inheritance and the Hydra overrides applied, resolved to plain containers."""
+    path = Path(config_path)
+    if not path.is_file():
+        raise UserError(f"--config {path}: no such file (write one with `spatialiq recipes nemo-rl`)")
+    api.register_omegaconf_resolvers()
+    cfg = api.load_config(str(path))
+    if overrides:
+        try:
+            cfg = api.parse_hydra_overrides(cfg, list(overrides))
+        except Exception as exc:  # NeMo-RL raises its OverridesError for unknown keys and bad syntax
+            raise UserError(f"{path}: overrides {' '.join(overrides)} rejected: {exc}") from exc
+    resolved = api.to_container(cfg)
+    if not isinstance(resolved, dict):
+        raise UserError(f"{path}: a NeMo-RL config is a YAML mapping")
+    return resolved
+
+
+# --- run --------------------------------------------------------------------------------------------------------
+
+
+def register_environments(api: NemoApi) -> None:
+    """Our environments in both registries (idempotent; a name taken by another class is refused)."""
+    for name, fqn in ACTOR_CLASSES.items():
+        api.actor_registry[fqn] = api.system_executable
+        entry = api.env_registry.get(name)
+        if entry is None:
+            api.register_env(name, fqn)
+        elif entry.get("actor_class_fqn") != fqn:
+            raise UserError(f"NeMo-RL environment name {name!r} is already registered to "
+                            f"{entry.get('actor_class_fqn')!r}, not {fqn!r}")
+
+
+def build_dataset(api: NemoApi, plan: DataPlan, split: str, phase: Phase, processor: Any,
+                  max_seq_length: int | None) -> Any:
+    """One split as NeMo-RL's ``AllTaskProcessedDataset``; its first datum is built now, as a check."""
+    rows = load_rows(plan.traces_dir, split, plan.data_root, phase, plan.max_examples)
+    fn = datum_processor(plan.data_root, plan.min_pixels, plan.max_pixels, phase)
+    dataset = api.AllTaskProcessedDataset(rows, processor, api.TaskDataSpec(task_name=TASK_NAME), fn,
+                                          max_seq_length=max_seq_length)
+    first = dataset[0]
+    if first["loss_multiplier"] == 0.0:
+        raise DatumError(f"{plan.dataset_name(split)}: the first row has {first['length']} tokens, at or over "
+                         f"data.max_input_seq_length = {max_seq_length}; raise it (image tokens included)")
+    log.info("%s: %d rows, %d tokens in the first", plan.dataset_name(split), len(rows), first["length"])
+    return dataset
+
+
+def _datasets(api: NemoApi, plan: DataPlan, phase: Phase, processor: Any, master: Any) -> tuple[Any, Any]:
+    limit = master.data.get("max_input_seq_length")
+    train = build_dataset(api, plan, plan.train_split, phase, processor, limit)
+    val = None if plan.val_split is None else build_dataset(api, plan, plan.val_split, phase, processor, limit)
+    return train, val
+
+
+def _run_rl(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> None:
+    gen = api.configure_generation_config(master.policy["generation"], processor.tokenizer)
+    master.policy["generation"] = gen
+    if (gen.get("vllm_cfg") or {}).get("skip_tokenizer_init", False):
+        raise UserError("policy.generation.vllm_cfg.skip_tokenizer_init must be false for a VLM (vLLM renders "
+                        "the prompt string with the images)")
+    register_environments(api)
+    train, val = _datasets(api, plan, "rl", processor, master)
+    if val is None and any(master.grpo.get(k) for k in ("val_period", "val_at_start", "val_at_end")):
+        raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but there is no validation "
+                        "split (spatialiq.validation is false, or the recipe's data.eval_split is null and "
+                        "spatialiq.val_split unset)")
+    log_dir = Path(master.logger["log_dir"])
+    for name in (TRAIN_ENV, VAL_ENV):
+        if name in master.env:
+            master.env[name].setdefault("metrics_file", str(log_dir / f"{name}_metrics.jsonl"))
+    task_to_env = {TASK_NAME: api.create_env(TRAIN_ENV, master.env[TRAIN_ENV])}
+    val_task_to_env = None if val is None else {TASK_NAME: api.create_env(VAL_ENV, master.env[VAL_ENV])}
+    (policy, policy_generation, _gym, _cluster, dataloader, val_dataloader, loss_fn, logger, checkpointer,
+     grpo_state, master_config, _teachers, _aliases) = api.grpo_setup(
+        master, processor.tokenizer, train, val, processor=processor)
+    with dynamic_sampling_exit(master.grpo.get("dynamic_sampling_max_gen_batches")):
+        api.grpo_train(policy, policy_generation, dataloader, val_dataloader, processor.tokenizer, loss_fn,
+                       task_to_env, val_task_to_env, logger, checkpointer, grpo_state, master_config)
+
+
+def _run_sft(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> None:
+    train, val = _datasets(api, plan, "sft", processor, master)
+    (policy, _cluster, train_dataloader, val_dataloader, loss_fn, logger, checkpointer, sft_state,
+     master_config) = api.sft_setup(master, processor, train, val)
+    api.sft_train(policy, train_dataloader, val_dataloader, processor, loss_fn, master_config, logger, checkpointer,
+                  sft_state)
+
+
+def _master(api: NemoApi, phase: Phase, config: dict[str, Any], source: Path) -> Any:
+    try:
+        return (api.grpo_master_config if phase == "rl" else api.sft_master_config)(**config)
+    except (ValidationError, TypeError) as exc:
+        raise UserError(f"{source}: not a NeMo-RL {'GRPO' if phase == 'rl' else 'SFT'} config: {exc}") from exc
+
+
+def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = (), api: NemoApi | None = None) -> None:
+    """Train with NeMo-RL from a generated YAML (``spatialiq recipes nemo-rl``) plus Hydra-style overrides."""
+    from spatialiq_train.processor import apply_pixel_budget
+
+    api = api or load_api()
+    raw = load_resolved(api, config_path, overrides)
+    settings = read_settings(raw, Path(config_path))
+    plan = plan_data(settings, phase)
+    config = prepare_config(raw, phase, plan)
+    check_resume(config)
+    master = _master(api, phase, config, Path(config_path))
+    master.logger["log_dir"] = api.get_next_experiment_dir(master.logger["log_dir"])
+    api.init_ray()
+    processor = api.get_tokenizer(master.policy["tokenizer"], get_processor=True)
+    apply_pixel_budget(processor, plan.min_pixels, plan.max_pixels)
+    (_run_rl if phase == "rl" else _run_sft)(api, master, processor, plan)
