@@ -27,7 +27,15 @@ import yaml
 
 from spatialiq_train.errors import UserError
 from spatialiq_train.io import atomic_write_json, atomic_write_text
-from spatialiq_train.recipes import Recipe, RecipeError, load_recipe, recipe_from_dict, recipe_to_yaml
+from spatialiq_train.recipes import (
+    Recipe,
+    RecipeError,
+    canonical_key,
+    drop_other_spelling,
+    load_recipe,
+    recipe_from_dict,
+    recipe_to_yaml,
+)
 
 SWEEP_FILE = "sweep.yaml"
 DONE_FILE = "done.json"
@@ -106,6 +114,7 @@ def set_key(data: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
             raise UserError(f"--vary {key}: '{'.'.join(parts[: i + 1])}' is a value, not a recipe section")
         node = child
     node[parts[-1]] = value
+    drop_other_spelling(out, key)  # rl.learning_rate replaces rl.optimizer.learning_rate, as an override does
     return out
 
 
@@ -168,7 +177,8 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
         except RecipeError as exc:
             raise UserError(str(exc)) from None
         check_rewards(recipe, where)
-        values = {k: get_key(recipe.model_dump(mode="json"), k) for k in keys}  # as validated ('1e-6' -> 1e-06)
+        dumped = recipe.model_dump(mode="json")
+        values = {k: get_key(dumped, canonical_key(k)) for k in keys}  # as validated ('1e-6' -> 1e-06)
         label = label_of(values)
         variant = Variant(f"{recipe_hash(recipe)}-{label}", label, values)
         if any(v.name == variant.name for v, _ in out):

@@ -171,6 +171,19 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
+def canonical_key(key: str) -> str:
+    """The dotted key as the validated recipe holds it: ``rl.learning_rate`` -> ``rl.optimizer.learning_rate``."""
+    parts = key.split(".")
+    if len(parts) == 2 and parts[0] in ("sft", "rl") and parts[1] in OPTIMIZER_KEYS:
+        return f"{parts[0]}.optimizer.{parts[1]}"
+    return key
+
+
+def drop_other_spelling(data: dict[str, Any], key: str) -> None:
+    """After setting ``key`` in ``data``, remove the other spelling of the same optimizer key (in place)."""
+    _drop_other_spelling(data, key.split("."))
+
+
 def _drop_other_spelling(data: dict[str, Any], parts: list[str]) -> None:
     """An override of `rl.learning_rate` replaces `rl.optimizer.learning_rate` in the file, and the reverse."""
     if parts[0] not in ("sft", "rl") or parts[-1] not in OPTIMIZER_KEYS or not isinstance(data.get(parts[0]), dict):

@@ -40,3 +40,17 @@ def test_unsupported_version_names_package_and_range(monkeypatch: pytest.MonkeyP
 def test_installed_engines_here_are_supported() -> None:
     pytest.importorskip("trl")
     assert set(check_versions("trl", "transformers")) == {"trl", "transformers"}
+
+
+@pytest.mark.parametrize("phase", ["sft", "rl"])
+def test_a_training_phase_checks_versions_before_loading_anything(phase: str, monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from spatialiq_train.train.phase import build_phase_trainer
+
+    monkeypatch.setattr("spatialiq_train.versions.installed", lambda p: {"transformers": "4.57.1"}.get(p))
+    monkeypatch.delenv("SPATIALIQ_ALLOW_UNTESTED_VERSIONS", raising=False)
+    with pytest.raises(UnsupportedVersion, match=r"transformers 4\.57\.1 is installed"):
+        build_phase_trainer(SimpleNamespace(name=phase), None, str(tmp_path / "no-model"), None, tmp_path)  # type: ignore[arg-type]
+    assert not any(tmp_path.iterdir())  # nothing written

@@ -122,6 +122,9 @@ def build_phase_trainer(
     callbacks: list[Any] | None = None,
 ) -> tuple[Any, Any]:
     """(trainer, processor) for the phase, `model_path` being the policy to start from."""
+    from spatialiq_train.versions import check_versions
+
+    check_versions("trl", "transformers", *(("vllm",) if spec.name == "rl" else ()), "deepspeed")
     out = Path(output_dir)
     processor = common.load_processor_for(recipe, model_path)
     args = phase_config(spec, recipe, out)
