@@ -1,9 +1,11 @@
-"""Reproduce the published Spatial-IQ text tables from ``eval_raw_*`` files.
+"""``spatialiq eval paper-tables``: the official analysis's 24 text-side tables (``tables/``, :mod:`eval.paper`),
+their figures (``figures/``), and this project's own summary files beside them.
 
-Conventions that reproduce the published numbers (checked against the released tables):
+The summary files (``summary*.csv``, ``summation_2x2.csv``, ``composition.csv``, ``task_accuracy.csv``) follow
+these conventions, which reproduce the published numbers:
 
-* the conditional convention is chosen per model: names starting with ``sft-``, ``dapo-`` or
-  ``Qwen2.5-VL-`` (the trained-checkpoint rows of Table 4, with their zero-shot backbone) use
+* the conditional convention is chosen per model: names starting with ``sft-``, ``dapo`` or
+  ``qwen2.5-vl`` in any case (the trained-checkpoint rows of Table 4, with their zero-shot backbone) use
   ``dependent_given_prerequisite``; every other responder, the human included, uses
   ``prerequisite_given_dependent``. A caller may force one convention for all models.
 * Groups: models in the first class form the ``trained_text`` group; the others the ``text`` group.
@@ -16,21 +18,25 @@ Conventions that reproduce the published numbers (checked against the released t
 
 from __future__ import annotations
 
-import csv
-import io
 import math
-from collections.abc import Iterable
 from pathlib import Path
 
-from eval.hierarchy import SUMMARY_COLUMNS, Convention, check_convention, composition, summary_row, summation_2x2
+from eval.hierarchy import (
+    CONVENTIONS,
+    SUMMARY_COLUMNS,
+    Convention,
+    check_convention,
+    composition,
+    summary_row,
+    summation_2x2,
+)
+from eval.paper.common import csv_text, display_name, is_trained
 from eval.rawcsv import ResponderTable, read_raw_dir
 from eval.stats import accuracy
 from spatialiq_train.io import atomic_write_text
 from spatialiq_train.tasks import TASKS, get_task
 
-TRAINED_PREFIXES: tuple[str, ...] = ("sft-", "dapo-", "Qwen2.5-VL-")
-DISPLAY_NAMES: dict[str, str] = {"human": "Human", "qwen": "Qwen", "gemini": "Gemini"}
-"""Published display names of the released zero-shot slugs; any other model is shown under its own name."""
+__all__ = ["csv_text", "display_name", "is_trained", "write_paper_tables"]
 TASK_LABELS: tuple[tuple[str, str], ...] = tuple(
     (("Task" if t.paper_tag.startswith("S") else "Target") + t.paper_tag[1:], t.csv_column)
     for t in TASKS.values() if t.id != "task1"
@@ -55,19 +61,11 @@ TASK_ACCURACY_COLUMNS: tuple[str, ...] = (
 )
 
 
-def is_trained(model: str) -> bool:
-    return model.startswith(TRAINED_PREFIXES)
-
-
 def convention_for(model: str, override: str | None = None) -> Convention:
     """The conditional convention the published tables use for ``model`` (or ``override``)."""
     if override is not None:
         return check_convention(override)
     return "dependent_given_prerequisite" if is_trained(model) else "prerequisite_given_dependent"
-
-
-def display_name(model: str) -> str:
-    return DISPLAY_NAMES.get(model, model)
 
 
 def groups_of(model: str) -> tuple[str, ...]:
@@ -130,36 +128,32 @@ def task_accuracy_rows(tables: dict[str, ResponderTable]) -> list[dict[str, obje
     return rows
 
 
-def _fmt(value: object) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    return repr(value) if isinstance(value, float) else str(value)
+def both_convention_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object]]:
+    """Every responder's summary under each conditional convention, one row per (model, convention)."""
+    return [{"model": m, "display_name": display_name(m), "convention": conv, **summary_row(t, conv)}
+            for m, t in tables.items() for conv in CONVENTIONS]
 
 
-def csv_text(rows: Iterable[dict[str, object]], columns: tuple[str, ...]) -> str:
-    """Rows as CSV with a fixed column order; floats written with full precision (repr), NaN as empty."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([_fmt(row.get(c)) for c in columns])
-    return out.getvalue()
+def write_paper_tables(raw_dir: str | Path, out_dir: str | Path, override: str | None = None,
+                       figures: bool = True) -> list[Path]:
+    """Read every raw file in ``raw_dir``; write the official tables to ``out_dir/tables`` (figures to
+    ``out_dir/figures`` unless ``figures`` is False) and this project's summary files to ``out_dir``."""
+    from eval.paper.tables import write_tables
 
-
-def write_paper_tables(raw_dir: str | Path, out_dir: str | Path, override: str | None = None) -> dict[str, Path]:
-    """Read every raw file in ``raw_dir``; write summary, 2x2, composition and task-accuracy CSVs to ``out_dir``."""
     tables = read_raw_dir(raw_dir)
     out = Path(out_dir)
     summaries = summary_rows(tables, override)
     files = {
         "summary.csv": csv_text(summaries, SUMMARY_CSV_COLUMNS),
         "summary_published.csv": csv_text(summaries, PUBLISHED_SUMMARY_COLUMNS + ("convention",)),
+        "summary_both_conventions.csv": csv_text(both_convention_rows(tables),
+                                                 ("model", "display_name", "convention", *SUMMARY_COLUMNS)),
         "summation_2x2.csv": csv_text(summation_rows(tables), SUMMATION_COLUMNS),
         "composition.csv": csv_text(composition_rows(tables), COMPOSITION_CSV_COLUMNS),
         "task_accuracy.csv": csv_text(task_accuracy_rows(tables), TASK_ACCURACY_COLUMNS),
     }
-    written = {}
+    written = write_tables(tables, out, figures=figures)
     for name, text in files.items():
         atomic_write_text(out / name, text)
-        written[name] = out / name
+        written.append(out / name)
     return written

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spatialiq_train.errors import InputError
+from spatialiq_train.errors import InputError, UserError
 from spatialiq_train.io import atomic_write_text
 from spatialiq_train.tasks import TASKS
 
@@ -32,10 +32,6 @@ TASK_ORDER: tuple[str, ...] = (
 RAW_PATTERN = re.compile(r"^eval_raw_(?P<model>.+)_text\.csv$")
 HUMAN_FILE = "eval_raw_human_frq.csv"
 """The released human free-response file; read as model ``human`` (its ``X_pred`` is the adjudicated answer)."""
-
-
-class RawCsvError(InputError):
-    """A released-layout CSV (or folder of them) that cannot be read; the message names the file, line and column."""
 
 
 @dataclass
@@ -71,26 +67,72 @@ def model_name_from_file(path: str | Path) -> str | None:
     return m.group("model") if m else None
 
 
-def _cell(value: str, path: Path, line: int, column: str, binary: bool = False) -> float:
+class RawCsvError(InputError):
+    """A raw results file that cannot be read as released: the message names the file, line and column."""
+
+
+class RawDirError(UserError, FileNotFoundError):
+    """A raw results folder that is missing or holds no ``eval_raw_*`` file."""
+
+
+PANDAS_NA_STRINGS: frozenset[str] = frozenset({
+    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA",
+    "NULL", "NaN", "None", "n/a", "nan", "null"})
+"""Cells that the official analysis (pandas ``read_csv``) reads as missing; an ``object_type`` among them has no
+object type (it drops out of the per-object tables)."""
+
+
+def _bad_cell(values: tuple[str, ...], lines: list[int], path: Path, column: str, binary: bool) -> RawCsvError:
+    """The error for the first cell of ``values`` that is not an integer (0/1 for correctness) or empty."""
+    for value, line in zip(values, lines, strict=True):
+        text = value.strip()
+        if text == "":
+            continue
+        try:
+            number = float(text)
+        except ValueError:
+            return RawCsvError(f"{path}: line {line}, column {column!r}: {value!r} is not a number (or empty)")
+        if not math.isfinite(number) or number != int(number):
+            return RawCsvError(f"{path}: line {line}, column {column!r}: {value!r} is not an integer")
+        if binary and number not in (0.0, 1.0):
+            return RawCsvError(
+                f"{path}: line {line}, column {column!r}: correctness must be 0, 1 or empty, got {value!r}")
+    return RawCsvError(f"{path}: column {column!r}: unreadable values")
+
+
+def _integer_or_empty(value: str) -> float:
+    """A cell's number: NaN when blank; ValueError unless it is a finite integer."""
     text = value.strip()
     if text == "":
         return math.nan
-    try:
-        number = float(text)
-    except ValueError:
-        raise RawCsvError(f"{path}: line {line}, column {column!r}: {value!r} is not a number (or empty)") from None
+    number = float(text)
     if not math.isfinite(number) or number != int(number):
-        raise RawCsvError(f"{path}: line {line}, column {column!r}: {value!r} is not an integer")
-    if binary and number not in (0.0, 1.0):
-        raise RawCsvError(f"{path}: line {line}, column {column!r}: correctness must be 0, 1 or empty, got {value!r}")
+        raise ValueError(value)
     return number
+
+
+def _column(values: tuple[str, ...], lines: list[int], path: Path, column: str, binary: bool,
+            memo: dict[str, float]) -> np.ndarray:
+    """One numeric column as float64 (NaN = empty), checked to hold integers (0/1 for correctness).
+
+    ``memo`` maps cell text to its number across the columns of one file, so each distinct text is parsed once.
+    """
+    try:
+        for text in set(values).difference(memo):
+            memo[text] = _integer_or_empty(text)
+    except ValueError:
+        raise _bad_cell(values, lines, path, column, binary) from None
+    numbers = np.fromiter(map(memo.__getitem__, values), np.float64, len(values))
+    if binary and bool(((numbers != 0) & (numbers != 1) & ~np.isnan(numbers)).any()):
+        raise _bad_cell(values, lines, path, column, binary)
+    return numbers
 
 
 def _check_header(header: list[str], path: Path) -> list[str]:
     for required in ("view", "object_type", *META_COLUMNS):
         if required not in header:
-            raise RawCsvError(f"{path}: line 1: header lacks column {required!r} (released layout: view, object_type, "
-                             f"{', '.join(META_COLUMNS)}, then taskN, taskN_pred, taskN_gt per task)")
+            raise RawCsvError(f"{path}: line 1: header lacks column {required!r} (released layout: view, "
+                              f"object_type, {', '.join(META_COLUMNS)}, then taskN, taskN_pred, taskN_gt per task)")
     tasks = [t for t in TASK_ORDER if t in header]
     for t in tasks:
         for suffix in ("_pred", "_gt"):
@@ -101,10 +143,10 @@ def _check_header(header: list[str], path: Path) -> list[str]:
     return tasks
 
 
-def read_raw_csv(path: str | Path, name: str | None = None) -> ResponderTable:
-    """Read one released-layout CSV; any malformed row raises a ValueError naming the file and line."""
-    path = Path(path)
-    name = name or model_name_from_file(path) or path.stem
+def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """Header, data rows and their line numbers; an empty file or a wrong field count is refused."""
+    rows: list[list[str]] = []
+    lines: list[int] = []
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
         try:
@@ -113,29 +155,70 @@ def read_raw_csv(path: str | Path, name: str | None = None) -> ResponderTable:
             raise RawCsvError(f"{path}: line 1: empty file, expected a header row") from None
         except csv.Error as exc:
             raise RawCsvError(f"{path}: line {reader.line_num}: {exc}") from None
-        tasks = _check_header(header, path)
-        index = {c: i for i, c in enumerate(header)}
-        views: list[str] = []
-        objects: list[str] = []
-        columns = [*META_COLUMNS] + [t + s for t in tasks for s in ("", "_pred", "_gt")]
-        values: dict[str, list[float]] = {c: [] for c in columns}
-        binary = set(tasks)
         try:
             for row in reader:
-                line = reader.line_num
                 if not row:
                     continue
                 if len(row) != len(header):
-                    raise RawCsvError(f"{path}: line {line}: {len(row)} fields, the header has {len(header)}")
-                views.append(row[index["view"]])
-                objects.append(row[index["object_type"]])
-                for c in columns:
-                    values[c].append(_cell(row[index[c]], path, line, c, binary=c in binary))
+                    raise RawCsvError(f"{path}: line {reader.line_num}: {len(row)} fields, the header has "
+                                      f"{len(header)}")
+                rows.append(row)
+                lines.append(reader.line_num)
         except csv.Error as exc:
             raise RawCsvError(f"{path}: line {reader.line_num}: {exc}") from None
-    arrays = {c: np.asarray(v, dtype=np.float64) for c, v in values.items()}
+    return header, rows, lines
+
+
+def _check_unique_views(views: list[str], lines: list[int], path: Path) -> None:
+    if len(set(views)) == len(views):
+        return
+    seen: dict[str, int] = {}
+    for view, line in zip(views, lines, strict=True):
+        if view in seen:
+            raise RawCsvError(f"{path}: line {line}, column 'view': view {view!r} repeats line {seen[view]}; "
+                              "each benchmark view must have exactly one row")
+        seen[view] = line
+
+
+def _check_flags(task: str, arrays: dict[str, np.ndarray], lines: list[int], path: Path) -> None:
+    """Where ``X_pred`` and ``X_gt`` both exist, correctness ``X`` must be present and equal ``X_pred == X_gt``."""
+    flag, pred, gt = arrays[task], arrays[task + "_pred"], arrays[task + "_gt"]
+    both = ~np.isnan(pred) & ~np.isnan(gt)
+    expected = (pred == gt).astype(np.float64)
+    wrong = both & (np.isnan(flag) | (flag != expected))
+    if not wrong.any():
+        return
+    i = int(np.flatnonzero(wrong)[0])
+    got = "empty" if math.isnan(flag[i]) else str(int(flag[i]))
+    raise RawCsvError(
+        f"{path}: line {lines[i]}, column {task!r}: correctness is {got} but {task}_pred = {int(pred[i])} and "
+        f"{task}_gt = {int(gt[i])}, so it must be {int(expected[i])}")
+
+
+def read_raw_csv(path: str | Path, name: str | None = None) -> ResponderTable:
+    """Read one released-layout CSV; a malformed file raises :class:`RawCsvError` naming the file and line.
+
+    Refused: a missing or unpartnered column, a wrong field count, a non-integer value, correctness other than
+    0/1/empty, a header-only file, a view on two rows, and correctness that contradicts ``X_pred == X_gt``
+    where both exist (an unparsed answer, ``X_pred`` empty, may be scored 0 or left empty).
+    """
+    path = Path(path)
+    name = name or model_name_from_file(path) or path.stem
+    header, rows, lines = _read_rows(path)
+    tasks = _check_header(header, path)
+    if not rows:
+        raise RawCsvError(f"{path}: no data rows, only the header; expected one row per benchmark view")
+    index = {c: i for i, c in enumerate(header)}
+    columns = list(zip(*rows, strict=True))
+    views = list(columns[index["view"]])
+    _check_unique_views(views, lines, path)
+    wanted = [*META_COLUMNS] + [t + s for t in tasks for s in ("", "_pred", "_gt")]
+    memo: dict[str, float] = {}
+    arrays = {c: _column(columns[index[c]], lines, path, c, c in tasks, memo) for c in wanted}
+    for t in tasks:
+        _check_flags(t, arrays, lines, path)
     return ResponderTable(
-        name=name, views=views, object_type=objects,
+        name=name, views=views, object_type=list(columns[index["object_type"]]),
         meta={c: arrays[c] for c in META_COLUMNS},
         correct={t: arrays[t] for t in tasks},
         pred={t: arrays[t + "_pred"] for t in tasks},
@@ -148,7 +231,7 @@ def read_raw_dir(directory: str | Path) -> dict[str, ResponderTable]:
     """Every ``eval_raw_<model>_text.csv`` (and the human ``eval_raw_human_frq.csv``) in ``directory``, by model."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise FileNotFoundError(f"raw results folder {directory} does not exist")
+        raise RawDirError(f"raw results folder {directory} does not exist")
     tables: dict[str, ResponderTable] = {}
     for path in sorted(directory.iterdir()):
         model = model_name_from_file(path)
@@ -158,7 +241,7 @@ def read_raw_dir(directory: str | Path) -> dict[str, ResponderTable]:
             raise RawCsvError(f"{path}: model {model!r} already read from {tables[model].source}")
         tables[model] = read_raw_csv(path, model)
     if not tables:
-        raise FileNotFoundError(f"no eval_raw_<model>_text.csv files in {directory}")
+        raise RawDirError(f"no eval_raw_<model>_text.csv files (nor {HUMAN_FILE}) in {directory}")
     return tables
 
 

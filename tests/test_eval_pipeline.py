@@ -292,8 +292,12 @@ def test_cli_score_report_compare(dataset: Path, tmp_path: Path) -> None:
     for png in ("pass_at_k.png", "summation_2x2.png", "difficulty_bins.png", "object_type.png"):
         assert (tmp_path / "r" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "r" / "report.json").read_text())["responders"][0]["name"] == "dapo-toy"
-    other = tmp_path / "s" / "eval_raw_base_text.csv"
-    other.write_text((tmp_path / "s" / "eval_raw_dapo-toy_text.csv").read_text().replace(",1,", ",0,"))
+    base = read_raw_csv(tmp_path / "s" / "eval_raw_dapo-toy_text.csv", "base")
+    for t in base.tasks:  # every right answer made wrong, pred and correctness together (the reader checks both)
+        right = base.correct[t] == 1
+        base.pred[t][right] += 1
+        base.correct[t][right] = 0
+    write_raw_csv(tmp_path / "s" / "eval_raw_base_text.csv", base)
     res = runner.invoke(app, ["eval", "compare", "--raw", str(tmp_path / "s"), "--out", str(tmp_path / "c")])
     assert res.exit_code == 0, res.output
     rows = (tmp_path / "c" / "mcnemar.csv").read_text().splitlines()

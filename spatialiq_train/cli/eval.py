@@ -16,18 +16,18 @@ eval_app = typer.Typer(name="eval", help="Sample checkpoints, score them, write 
 @eval_app.command("paper-tables")
 def paper_tables(
     raw: Path = typer.Option(..., "--raw", help="Folder with eval_raw_<model>_text.csv files (released layout)."),
-    out: Path = typer.Option(..., "--out", help="Output folder for summary.csv, summation_2x2.csv, ..."),
+    out: Path = typer.Option(..., "--out", help="Output folder: tables/*.csv, figures/*.png, summary.csv, ..."),
     convention: str | None = typer.Option(
         None, "--convention",
-        help="Force prerequisite_given_dependent or dependent_given_prerequisite for every model "
-             "(default: per model, as the published tables do)."),
+        help="Force prerequisite_given_dependent or dependent_given_prerequisite for every model in summary.csv "
+             "(default: per model, as the published tables do; tables/ always follows the official rule)."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Draw figures/<name>.png for figure tables."),
 ) -> None:
-    """Summary, summation 2x2, composition and per-task accuracy tables from released raw files."""
+    """The official analysis's 24 text-side tables and their figures, plus summary files, from raw files."""
     from eval.paper_tables import write_paper_tables
 
-    written = write_paper_tables(raw, out, convention)
-    for name in written:
-        typer.echo(str(out / name))
+    for path in write_paper_tables(raw, out, convention, figures=figures):
+        typer.echo(str(path))
 
 
 @eval_app.command("sample")
