@@ -22,9 +22,9 @@ import numpy as np
 
 from eval.completions import Completion
 from eval.scenes import Scene
-from lab.analyze import analyze, write_analysis
-from lab.scoring import parse_reward_list
-from lab.table import build_table
+from spatialiq_train.lab.analyze import analyze, write_analysis
+from spatialiq_train.lab.scoring import parse_reward_list
+from spatialiq_train.lab.table import build_table
 from spatialiq_train.tasks import fill_cot_template
 from spatialiq_train.views import LEAF_VIEWS, view_relpath
 

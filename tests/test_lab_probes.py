@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.probes import CONSTANT_ANSWER, PAD_CHARS, PROBES, faithful_trace, probe_texts
+from spatialiq_train.lab.probes import CONSTANT_ANSWER, PAD_CHARS, PROBES, faithful_trace, probe_texts
 from spatialiq_train.parsing import parse_trace
 from spatialiq_train.tasks import fill_cot_template
 

@@ -14,10 +14,10 @@ import yaml
 from _train_support import one_thread, write_traces
 from typer.testing import CliRunner
 
-from lab.sweep import EvalSettings, load_sweep, parse_vary, plan_sweep, variant_steps
-from lab.sweep_report import mcnemar_against_first
 from spatialiq_train.cli import app
 from spatialiq_train.errors import UserError
+from spatialiq_train.lab.sweep import EvalSettings, load_sweep, parse_vary, plan_sweep, variant_steps
+from spatialiq_train.lab.sweep_report import mcnemar_against_first
 from spatialiq_train.recipes import load_recipe
 
 WEIGHTS = "reward.weights=[{format: 0.1, integer_distance: 0.9}, {default: 1.0, stepwise: 0.5}]"

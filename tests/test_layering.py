@@ -1,7 +1,7 @@
 """Layering (issue 9.6): who may import whom, and which imports stay light.
 
 The core modules (``spatialiq_train/*.py``) depend on nothing else in the project; ``data_gen``, ``reward``
-and ``eval`` build on the core; the backends (``spatialiq_train.train``, ``.release``, ``.nemo``) and the CLI
+and ``eval`` build on the core; the backends (``spatialiq_train.train``, ``.release``, ``.nemo``, ``.lab``) and the CLI
 sit on top. Every import statement counts, function-level (lazy) ones included: a lazy import is still a
 dependency. ``pyproject.toml``'s ``[tool.importlinter]`` holds the same rules for ``lint-imports``.
 """
@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 AREAS = ("spatialiq_train", "data_gen", "reward", "eval")
-BACKENDS = ("spatialiq_train.train", "spatialiq_train.release", "spatialiq_train.nemo")
+BACKENDS = ("spatialiq_train.train", "spatialiq_train.release", "spatialiq_train.nemo", "spatialiq_train.lab")
 HEAVY = ("torch", "transformers", "trl", "vllm", "mitsuba", "ray", "nemo_rl", "isaacsim")
 """Libraries that importing the core and the areas must not load (each command imports them in its body)."""
 

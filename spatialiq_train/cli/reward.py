@@ -99,11 +99,11 @@ def analyze(
     from eval.completions import load_for_scoring
     from eval.scenes import find_scenes
     from eval.score import resolve_k
-    from lab.analyze import analyze as run_analysis
-    from lab.analyze import write_analysis
-    from lab.scoring import parse_reward_list
-    from lab.table import build_table
     from spatialiq_train.errors import UserError
+    from spatialiq_train.lab.analyze import analyze as run_analysis
+    from spatialiq_train.lab.analyze import write_analysis
+    from spatialiq_train.lab.scoring import parse_reward_list
+    from spatialiq_train.lab.table import build_table
 
     if parse not in ("official", "strict"):
         raise UserError(f"--parse must be official or strict, got {parse!r}")

@@ -33,7 +33,7 @@ def plan(
     min_coverage: float = typer.Option(0.9, "--min-coverage", help="Passed to `eval score`."),
 ) -> None:
     """Write one resolved recipe per variant and the sweep.yaml index."""
-    from lab.sweep import EvalSettings, parse_vary, plan_sweep
+    from spatialiq_train.lab.sweep import EvalSettings, parse_vary, plan_sweep
     from spatialiq_train.recipes import RecipeError, load_recipe
 
     varies = [parse_vary(v) for v in vary]
@@ -54,7 +54,7 @@ def plan(
 @sweep_app.command("list")
 def list_cmd(sweep_dir: Path = SWEEP_ARG) -> None:
     """Print the variant names, one a line, in plan order (slurm/sweep.sh reads them)."""
-    from lab.sweep import load_sweep
+    from spatialiq_train.lab.sweep import load_sweep
 
     for v in load_sweep(sweep_dir).variants:
         typer.echo(v.name)
@@ -67,9 +67,9 @@ def run(
 ) -> None:
     """Train, sample and score every variant in turn on this machine; finished variants are skipped, an
     interrupted one resumes (each step resumes)."""
-    from lab.sweep import load_sweep, mark_done, variant_steps
     from spatialiq_train.cli.steps import run_step
     from spatialiq_train.errors import UserError
+    from spatialiq_train.lab.sweep import load_sweep, mark_done, variant_steps
 
     sweep = load_sweep(sweep_dir)
     variants = [sweep.variant(only)] if only else sweep.variants
@@ -94,8 +94,8 @@ def report(
     out: Path = typer.Option(..., "--out", "-o", help="Output folder: sweep.csv, report.md, curves.png."),
 ) -> None:
     """One table (a row per variant, McNemar against the first, BH-adjusted) and the learning curves."""
-    from lab.sweep import load_sweep
-    from lab.sweep_report import write_sweep_report
+    from spatialiq_train.lab.sweep import load_sweep
+    from spatialiq_train.lab.sweep_report import write_sweep_report
 
     path = write_sweep_report(load_sweep(sweep_dir), out)
     typer.echo(str(path))

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lab.probes import PROBES
 from spatialiq_train.io import atomic_write_bytes, atomic_write_text
+from spatialiq_train.lab.probes import PROBES
 
 if TYPE_CHECKING:
-    from lab.analyze import Analysis
+    from spatialiq_train.lab.analyze import Analysis
 
 PLOTS: tuple[tuple[str, str], ...] = (
     ("reward_by_correctness.png", "Reward distribution of correct and incorrect completions"),
@@ -107,7 +107,7 @@ def plot_zero_variance(result: Analysis) -> bytes:
 
 
 def markdown(result: Analysis, meta: dict[str, object]) -> str:
-    from lab.analyze import SUMMARY_COLUMNS
+    from spatialiq_train.lab.analyze import SUMMARY_COLUMNS
 
     t = result.table
     head = [c for c in SUMMARY_COLUMNS if not c.startswith("probe_")]

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from lab import stats
-from lab.probes import PROBES, probe_texts
-from lab.scoring import column_names, gt_columns, score_all, score_batch
-from lab.table import CompletionTable
 from reward.registry import RewardFn
 from spatialiq_train.io import atomic_write_text
+from spatialiq_train.lab import stats
+from spatialiq_train.lab.probes import PROBES, probe_texts
+from spatialiq_train.lab.scoring import column_names, gt_columns, score_all, score_batch
+from spatialiq_train.lab.table import CompletionTable
 
 ROW_COLUMNS: tuple[str, ...] = ("view", "sample", "exact_match", "abs_error", "subtasks_correct", "self_consistent")
 """The leading columns of rewards.csv (one row per completion); one column per reward column follows."""
@@ -135,7 +135,7 @@ def summary_csv(result: Analysis) -> str:
 
 def write_analysis(result: Analysis, out: str | Path, meta: dict[str, object]) -> Path:
     """rewards.csv, summary.csv, the PNG plots and report.md under ``out``; returns the report's path."""
-    from lab.report import write_report
+    from spatialiq_train.lab.report import write_report
 
     out = Path(out)
     atomic_write_text(out / "rewards.csv", rewards_csv(result))

@@ -16,10 +16,10 @@ import numpy as np
 import yaml
 
 from eval.hierarchy import SUMMARY_COLUMNS
-from lab.analyze import csv_text
-from lab.report import md_table
-from lab.sweep import Sweep, Variant
 from spatialiq_train.io import atomic_write_bytes, atomic_write_text, read_json
+from spatialiq_train.lab.analyze import csv_text
+from spatialiq_train.lab.report import md_table
+from spatialiq_train.lab.sweep import Sweep, Variant
 
 RESULT_COLUMNS: tuple[str, ...] = (
     "k", "acc@1", "maj@k", "pass@k", "selected@k", *SUMMARY_COLUMNS, "shortcut_rate", "self_consistency_rate",
@@ -118,7 +118,7 @@ def plot_curves(logs: dict[str, list[dict[str, Any]]]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lab.report import _png
+    from spatialiq_train.lab.report import _png
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
     for ax, keys, title in ((axes[0], REWARD_KEYS, "RL reward mean"), (axes[1], VALIDATION_KEYS,
