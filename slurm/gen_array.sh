@@ -11,13 +11,17 @@
 #           task resumes: complete shards (their .done.json) are skipped, so resubmitting is safe.
 # 3. merge: `spatialiq gen-merge --out OUT` (afterok) verifies every shard's sha256 and writes
 #           OUT/manifest.json. The bytes equal those of one `spatialiq gen --num-shards NUM_SHARDS` run.
+#           Ground truth and parquet rows are identical on any machine; images only on nodes of the same
+#           render identity (variant, and GPU/driver/CUDA or CPU/LLVM), which every shard records and the
+#           merge checks (docs/rendering.md). Pin one node type, e.g. SIQ_EXTRA="--constraint=h100".
 #
 # Environment: SIQ_ACCOUNT / SIQ_PARTITION (optional), SIQ_CPUS (cores per task, default 8),
-# SIQ_TIME (per task, default 04:00:00), SIQ_ENV (a script to source first, e.g. a venv activate).
+# SIQ_TIME (per task, default 04:00:00), SIQ_ENV (a script to source first, e.g. a venv activate),
+# SIQ_EXTRA (more sbatch options for every job, e.g. --constraint=h100).
 set -euo pipefail
 
 if [[ $# -lt 5 ]]; then
-  sed -n '2,12p' "$0" >&2
+  sed -n '2,16p' "$0" >&2
   exit 2
 fi
 out=$1 structures=$2 seed=$3 split=$4 shards=$5
@@ -28,6 +32,7 @@ setup=${SIQ_ENV:+source "$SIQ_ENV" && }
 
 common=(--parsable --cpus-per-task="$cpus" --time="${SIQ_TIME:-04:00:00}" --output="$out/slurm/%x-%A_%a.log")
 [[ -n ${SIQ_ACCOUNT:-} ]] && common+=(--account="$SIQ_ACCOUNT")
+if [[ -n ${SIQ_EXTRA:-} ]]; then read -r -a siq_extra <<<"$SIQ_EXTRA"; common+=("${siq_extra[@]}"); fi
 [[ -n ${SIQ_PARTITION:-} ]] && common+=(--partition="$SIQ_PARTITION")
 mkdir -p "$out/slurm"
 

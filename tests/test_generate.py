@@ -741,3 +741,25 @@ def test_a_repair_that_does_not_reproduce_the_bytes_is_refused(tmp_path: Path, t
     with pytest.raises(GenerationError, match=r"gt\.json: regenerated with sha256 .* this machine does not "
                                               "reproduce the dataset"):
         run(cfg(tmp_path, structures=1), progress=False)
+
+
+def test_slurm_array_script_passes_extra_sbatch_options(tmp_path: Path) -> None:
+    """SIQ_EXTRA (e.g. a node constraint, so every shard renders on one render identity) reaches every job."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None:
+        pytest.skip("needs bash")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> "$SBATCH_LOG"\necho 7\n')
+    (bindir / "sbatch").chmod(0o755)
+    log = tmp_path / "sbatch.log"
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SBATCH_LOG": str(log),
+           "SIQ_EXTRA": "--constraint=h100 --exclusive"}
+    script = Path(__file__).resolve().parents[1] / "slurm" / "gen_array.sh"
+    subprocess.run(["bash", str(script), str(tmp_path / "o"), "4", "3", "train", "2"], env=env, check=True,
+                   capture_output=True)
+    jobs = log.read_text().splitlines()
+    assert len(jobs) == 3 and all("--constraint=h100 --exclusive" in job for job in jobs)
