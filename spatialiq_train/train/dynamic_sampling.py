@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -132,122 +133,172 @@ def merge_outputs(parts: list[dict[str, Any]], pad_token_id: int) -> dict[str, A
     return merged
 
 
+# --- the trainer -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Collected:
+    """What one batch's generate-filter-refill rounds gathered on this process."""
+
+    kept: list[dict[str, Any]] = field(default_factory=list)  # split generation outputs of accepted groups
+    drawn: list[list[int]] = field(default_factory=list)  # refill dataset indices, one list per refill round
+    n_kept: int = 0
+    n_dropped: int = 0
+    rounds: int = 0  # refill rounds run (the same on every process)
+    last: dict[str, Any] | None = None  # the last round's output and keep mask: where filler groups come from
+    last_mask: np.ndarray | None = None
+
+    def counts(self, n_filler: int) -> dict[str, float]:
+        """This process's `dynamic_sampling/*` counts for the batch (summed over processes before logging)."""
+        return {"kept_groups": float(self.n_kept), "dropped_groups": float(self.n_dropped),
+                "filler_groups": float(n_filler), "refill_rounds": float(self.rounds)}
+
+
+class DynamicSamplingMixin:
+    """The dynamic-sampling methods of `DynamicSamplingGRPOTrainer`; needs TRL's GRPOTrainer after it in the MRO.
+
+    Kept apart from the class so that importing this module does not import TRL; see the module docstring.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        dynamic_sampling: bool = True,
+        max_refill_rounds: int = 10,
+        filter_reward_mask: Sequence[bool] | None = None,
+        refill_seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.dynamic_sampling = dynamic_sampling
+        self.max_refill_rounds = max_refill_rounds
+        n_funcs = len(self.reward_funcs)
+        self.filter_reward_mask = list(filter_reward_mask) if filter_reward_mask is not None else [True] * n_funcs
+        if len(self.filter_reward_mask) != n_funcs:
+            raise ValueError(f"filter_reward_mask has {len(self.filter_reward_mask)} entries for {n_funcs} rewards")
+        self.refill_seed = self.args.seed if refill_seed is None else refill_seed
+        self.refill_log: list[dict[str, Any]] = []  # this rank's draws and local counts, one entry per batch
+        self._generation_key = (-1, -1)  # (global step, generation within the step) of the last batch
+        self._last_rewards_per_func: Any = None
+        local = self.args.per_device_train_batch_size * self.args.steps_per_generation
+        if dynamic_sampling and local % self.num_generations:
+            raise ValueError(
+                f"dynamic sampling needs whole groups per device: per_device_train_batch_size x "
+                f"steps_per_generation = {local} is not a multiple of num_generations = {self.num_generations}"
+            )
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards
+        return rewards
+
+    def _filter_rewards(self, n_local: int) -> np.ndarray:
+        """Weighted sum of the filter rewards for this process's rows (shaping terms excluded)."""
+        import torch
+
+        rpf = self._last_rewards_per_func
+        weights = self.reward_weights.to(rpf.device) * torch.tensor(self.filter_reward_mask, device=rpf.device)
+        total = (rpf * weights.unsqueeze(0)).nansum(dim=1)
+        total[torch.isnan(rpf).all(dim=1)] = float("nan")
+        start = self.accelerator.process_index * n_local
+        return total[start : start + n_local].detach().cpu().numpy()
+
+    def _next_generation_key(self) -> tuple[int, int]:
+        """(global step, index of this generation within the step): the same on every rank, restored on resume."""
+        step, gen = self._generation_key
+        now = int(self.state.global_step)
+        self._generation_key = (now, gen + 1 if step == now else 0)
+        return self._generation_key
+
+    def _draw_refill(self, n_groups: int, key: tuple[int, int], round_: int) -> tuple[list[int], list[Any]]:
+        """This rank's disjoint share of the refill order for `key` (distributed.refill_indices)."""
+        acc = self.accelerator
+        idx = refill_indices(len(self.train_dataset), n_groups, seed=self.refill_seed, step=key[0],
+                             generation=key[1], round_=round_, rank=acc.process_index, world=acc.num_processes)
+        rows = [self.train_dataset[i] for i in idx]
+        return idx, [row for row in rows for _ in range(self.num_generations)]
+
+    def _log_counts(self, key: tuple[int, int], local: dict[str, float], drawn: list[list[int]]) -> None:
+        """Record this rank's counts and draws; log the counts summed over ranks (`rounds` is already global)."""
+        names = ("kept_groups", "dropped_groups", "filler_groups")
+        total = sum_over_ranks(self.accelerator, [local[n] for n in names])
+        metrics = self._metrics["train"]
+        for name, value in zip(names, total, strict=True):
+            metrics[f"dynamic_sampling/{name}"].append(value)
+        metrics["dynamic_sampling/refill_rounds"].append(local["refill_rounds"])
+        entry = {"step": key[0], "generation": key[1], "rank": self.accelerator.process_index, **local,
+                 "drawn": drawn}
+        self.refill_log.append(entry)
+        log.debug("dynamic sampling: %s", entry)
+
+    def _generate_and_score_completions(self, inputs):  # noqa: ANN001, ANN202
+        if not (self.dynamic_sampling and self.model.training):
+            return super()._generate_and_score_completions(inputs)
+        from trl.trainer.utils import unsplit_pixel_values_by_grid
+
+        target = len(inputs) // self.num_generations
+        key = self._next_generation_key()
+        got = self._collect_groups(inputs, target, key)
+        n_filler = self._add_filler(got, target)
+        merged = self._merge_kept(got.kept)
+        self._log_counts(key, got.counts(n_filler), got.drawn)
+        return unsplit_pixel_values_by_grid(merged)
+
+    def _collect_groups(self, inputs: list[Any], target: int, key: tuple[int, int]) -> _Collected:
+        """Generate, score and filter; refill from new prompts until every rank has `target` groups or the cap."""
+        from trl.trainer.utils import split_pixel_values_by_grid
+
+        g = self.num_generations
+        got = _Collected()
+        batch = inputs
+        while True:
+            out = split_pixel_values_by_grid(super()._generate_and_score_completions(batch))
+            mask = filter_groups(self._filter_rewards(len(batch)), g)
+            take = np.flatnonzero(mask)[: max(0, target - got.n_kept) * g]
+            if take.size:
+                got.kept.append(select_rows(out, take))
+            got.n_kept += take.size // g
+            got.n_dropped += int((~mask).sum()) // g
+            got.last, got.last_mask = out, mask
+            if self._all_ranks_full(target - got.n_kept) or got.rounds >= self.max_refill_rounds:
+                return got
+            idx, batch = self._draw_refill(target, key, got.rounds)
+            got.drawn.append(idx)
+            got.rounds += 1
+
+    def _all_ranks_full(self, missing: int) -> bool:
+        """True when no rank misses any group (a collective: every rank calls it once per round)."""
+        import torch
+
+        need = torch.tensor([max(0, missing)], device=self.accelerator.device)
+        return self.accelerator.gather(need).max().item() == 0
+
+    def _add_filler(self, got: _Collected, target: int) -> int:
+        """Fill the slots still empty with dropped groups of the last round, loss mask zeroed; returns how many."""
+        import torch
+
+        n_filler = target - got.n_kept
+        if n_filler:
+            filler = select_rows(got.last, np.flatnonzero(~got.last_mask)[: n_filler * self.num_generations])
+            filler["completion_mask"] = torch.zeros_like(filler["completion_mask"])
+            got.kept.append(filler)
+        return n_filler
+
+    def _merge_kept(self, kept: list[dict[str, Any]]) -> dict[str, Any]:
+        """One batch from the kept parts; `num_items_in_batch` recounted over all ranks from the loss mask."""
+        merged = merge_outputs(kept, self._tokenizer.pad_token_id)
+        loss_mask = merged["completion_mask"]
+        if merged.get("tool_mask") is not None:
+            loss_mask = loss_mask * merged["tool_mask"]
+        merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        return merged
+
+
 def build_dynamic_sampling_trainer_class() -> type:
     """The GRPOTrainer subclass (built lazily so importing this module does not import TRL)."""
-    import torch
     from trl import GRPOTrainer
-    from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
-    class DynamicSamplingGRPOTrainer(GRPOTrainer):
+    class DynamicSamplingGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         """GRPOTrainer with DAPO dynamic sampling (see the module docstring)."""
-
-        def __init__(
-            self,
-            *args: Any,
-            dynamic_sampling: bool = True,
-            max_refill_rounds: int = 10,
-            filter_reward_mask: Sequence[bool] | None = None,
-            refill_seed: int | None = None,
-            **kwargs: Any,
-        ) -> None:
-            super().__init__(*args, **kwargs)
-            self.dynamic_sampling = dynamic_sampling
-            self.max_refill_rounds = max_refill_rounds
-            n_funcs = len(self.reward_funcs)
-            self.filter_reward_mask = list(filter_reward_mask) if filter_reward_mask is not None else [True] * n_funcs
-            if len(self.filter_reward_mask) != n_funcs:
-                raise ValueError(f"filter_reward_mask has {len(self.filter_reward_mask)} entries for {n_funcs} rewards")
-            self.refill_seed = self.args.seed if refill_seed is None else refill_seed
-            self.refill_log: list[dict[str, Any]] = []  # this rank's draws and local counts, one entry per batch
-            self._generation_key = (-1, -1)  # (global step, generation within the step) of the last batch
-            self._last_rewards_per_func: Any = None
-            local = self.args.per_device_train_batch_size * self.args.steps_per_generation
-            if dynamic_sampling and local % self.num_generations:
-                raise ValueError(
-                    f"dynamic sampling needs whole groups per device: per_device_train_batch_size x "
-                    f"steps_per_generation = {local} is not a multiple of num_generations = {self.num_generations}"
-                )
-
-        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
-            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-            self._last_rewards_per_func = rewards
-            return rewards
-
-        def _filter_rewards(self, n_local: int) -> np.ndarray:
-            """Weighted sum of the filter rewards for this process's rows (shaping terms excluded)."""
-            rpf = self._last_rewards_per_func
-            weights = self.reward_weights.to(rpf.device) * torch.tensor(self.filter_reward_mask, device=rpf.device)
-            total = (rpf * weights.unsqueeze(0)).nansum(dim=1)
-            total[torch.isnan(rpf).all(dim=1)] = float("nan")
-            start = self.accelerator.process_index * n_local
-            return total[start : start + n_local].detach().cpu().numpy()
-
-        def _next_generation_key(self) -> tuple[int, int]:
-            """(global step, index of this generation within the step): the same on every rank, restored on resume."""
-            step, gen = self._generation_key
-            now = int(self.state.global_step)
-            self._generation_key = (now, gen + 1 if step == now else 0)
-            return self._generation_key
-
-        def _draw_refill(self, n_groups: int, key: tuple[int, int], round_: int) -> tuple[list[int], list[Any]]:
-            """This rank's disjoint share of the refill order for `key` (distributed.refill_indices)."""
-            acc = self.accelerator
-            idx = refill_indices(len(self.train_dataset), n_groups, seed=self.refill_seed, step=key[0],
-                                 generation=key[1], round_=round_, rank=acc.process_index, world=acc.num_processes)
-            rows = [self.train_dataset[i] for i in idx]
-            return idx, [row for row in rows for _ in range(self.num_generations)]
-
-        def _log_counts(self, key: tuple[int, int], local: dict[str, float], drawn: list[list[int]]) -> None:
-            """Record this rank's counts and draws; log the counts summed over ranks (`rounds` is already global)."""
-            names = ("kept_groups", "dropped_groups", "filler_groups")
-            total = sum_over_ranks(self.accelerator, [local[n] for n in names])
-            metrics = self._metrics["train"]
-            for name, value in zip(names, total, strict=True):
-                metrics[f"dynamic_sampling/{name}"].append(value)
-            metrics["dynamic_sampling/refill_rounds"].append(local["refill_rounds"])
-            entry = {"step": key[0], "generation": key[1], "rank": self.accelerator.process_index, **local,
-                     "drawn": drawn}
-            self.refill_log.append(entry)
-            log.debug("dynamic sampling: %s", entry)
-
-        def _generate_and_score_completions(self, inputs):  # noqa: ANN001, ANN202
-            if not (self.dynamic_sampling and self.model.training):
-                return super()._generate_and_score_completions(inputs)
-            g = self.num_generations
-            target = len(inputs) // g
-            key = self._next_generation_key()
-            kept: list[dict[str, Any]] = []
-            drawn: list[list[int]] = []
-            n_kept = n_dropped = rounds = 0
-            batch, last, last_mask = inputs, None, None
-            while True:
-                out = split_pixel_values_by_grid(super()._generate_and_score_completions(batch))
-                mask = filter_groups(self._filter_rewards(len(batch)), g)
-                take = np.flatnonzero(mask)[: max(0, target - n_kept) * g]
-                if take.size:
-                    kept.append(select_rows(out, take))
-                n_kept += take.size // g
-                n_dropped += int((~mask).sum()) // g
-                last, last_mask = out, mask
-                need = torch.tensor([max(0, target - n_kept)], device=self.accelerator.device)
-                if self.accelerator.gather(need).max().item() == 0 or rounds >= self.max_refill_rounds:
-                    break
-                idx, batch = self._draw_refill(target, key, rounds)
-                drawn.append(idx)
-                rounds += 1
-            n_filler = target - n_kept
-            if n_filler:
-                filler = select_rows(last, np.flatnonzero(~last_mask)[: n_filler * g])
-                filler["completion_mask"] = torch.zeros_like(filler["completion_mask"])
-                kept.append(filler)
-            merged = merge_outputs(kept, self._tokenizer.pad_token_id)
-            loss_mask = merged["completion_mask"]
-            if merged.get("tool_mask") is not None:
-                loss_mask = loss_mask * merged["tool_mask"]
-            merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-            local = {"kept_groups": float(n_kept), "dropped_groups": float(n_dropped),
-                     "filler_groups": float(n_filler), "refill_rounds": float(rounds)}
-            self._log_counts(key, local, drawn)
-            return unsplit_pixel_values_by_grid(merged)
 
     return DynamicSamplingGRPOTrainer
