@@ -5,7 +5,8 @@
 # SIQ_PROJECT and every variable below through --export=ALL); inside the allocation it brings up
 # Ray with srun (head on the first node, one worker per other node, all in the NeMo-RL container
 # with the project on PYTHONPATH through the mounts: nothing is pip-installed into the container),
-# generates the NeMo-RL config from the recipe, and runs the driver once on the head node.
+# generates the NeMo-RL config from the recipe (`recipes nemo-rl`), and runs the driver once on the head node on
+# that file as written (`nemo rl|sft --config`; the config records the recipe and its --set overrides).
 #
 # Variables (environment, with defaults):
 #   NODES, GPUS_PER_NODE (4), ACCOUNT, PARTITION, TIME (24:00:00)
@@ -20,7 +21,7 @@
 #   DRY_RUN=1  print every command (sbatch, srun, container, mounts, driver) and exit 0
 #   RAY_PORT (6379), RAY_WAIT_TRIES (60, 5 s apart)
 
-SIQ_EXIT_DYNAMIC_SAMPLING_CAP=3  # spatialiq_train/nemo/config.py EXIT_DYNAMIC_SAMPLING_CAP
+SIQ_EXIT_DYNAMIC_SAMPLING_CAP=3  # spatialiq_train/nemo/driver.py EXIT_DYNAMIC_SAMPLING_CAP
 
 siq_defaults() {
   : "${GPUS_PER_NODE:=4}" "${TIME:=24:00:00}" "${IMAGE:=nvcr.io/nvidia/nemo-rl:v0.7.0}"

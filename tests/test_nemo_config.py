@@ -13,6 +13,7 @@ import pytest
 
 from spatialiq_train.nemo import config as ncfg
 from spatialiq_train.nemo import keys as nkeys
+from spatialiq_train.nemo.env import TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.export import build
 from spatialiq_train.nemo.paper import PAPER_GRPO, deviations, get_path
 from spatialiq_train.nemo.recipe_values import values_from_recipe
@@ -173,7 +174,7 @@ PAPER_OVERRIDES = ["rl.num_generations=8", "rl.weight_decay=0.01", "rl.warmup_st
 @pytest.mark.parametrize("phase", ["rl", "sft"])
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_recipe_gives_a_checked_config(name, phase):
-    built = build(load_recipe(name), phase, 1, 4, source=name)
+    built = build(name, phase, 1, 4)
     ks = nkeys.load_key_set(built.algorithm)
     assert nkeys.unknown_keys(built.config, ks) == [] and nkeys.missing_keys(built.config, ks) == []
     assert built.config["cluster"] == {"gpus_per_node": 4, "num_nodes": 1}
@@ -181,7 +182,7 @@ def test_every_shipped_recipe_gives_a_checked_config(name, phase):
 
 @pytest.mark.parametrize("name", DAPO)
 def test_paper_hyperparameters_with_the_papers_recipe_values(name):
-    cfg = build(load_recipe(name, PAPER_OVERRIDES), "rl", 8, 4, source=name).config
+    cfg = build(name, "rl", 8, 4, overrides=PAPER_OVERRIDES).config
     assert deviations(cfg) == []
     # spelled out for the reader (the table above is PAPER_GRPO):
     g, loss, pol = cfg["grpo"], cfg["loss_fn"], cfg["policy"]
@@ -194,7 +195,7 @@ def test_paper_hyperparameters_with_the_papers_recipe_values(name):
     assert pol["optimizer"]["kwargs"]["lr"] == 5e-7 and pol["optimizer"]["kwargs"]["weight_decay"] == 0.01
     assert pol["scheduler"][0]["kwargs"] == {"start_factor": 0.1, "end_factor": 1.0, "total_iters": 50}
     assert pol["scheduler"][1]["name"].endswith("ConstantLR") and pol["scheduler"][2] == {"milestones": [50]}
-    assert g["val_period"] == 20 and cfg["data"]["validation"]["env_name"] == ncfg.VAL_ENV
+    assert g["val_period"] == 20 and cfg["data"]["validation"]["env_name"] == VAL_ENV
     gen = pol["generation"]
     assert (pol["max_total_sequence_length"], gen["max_new_tokens"], gen["temperature"], gen["top_p"]) == \
         (2048, 1024, 1.0, 1.0)
@@ -204,11 +205,11 @@ def test_paper_hyperparameters_with_the_papers_recipe_values(name):
 def _recipe_explained(name: str) -> dict:
     """What the shipped recipe itself sets for the paper keys it controls."""
     v = values_from_recipe(load_recipe(name))
-    sched, _ = ncfg.lr_schedule(v.rl_scheduler, v.rl_warmup, v.rl_max_steps or 500, 0.1)
+    sched, _ = ncfg.lr_schedule(v.rl.scheduler, v.rl.warmup, v.rl.max_steps or 500, v.rl.warmup_start)
     return {"grpo.num_generations_per_prompt": v.num_generations,
             "policy.train_global_batch_size": 8 * v.num_generations,
-            "policy.optimizer.kwargs.weight_decay": v.rl_weight_decay, "policy.optimizer.kwargs.lr": v.rl_lr,
-            "policy.scheduler": sched, "grpo.max_num_steps": v.rl_max_steps or 500,
+            "policy.optimizer.kwargs.weight_decay": v.rl.weight_decay, "policy.optimizer.kwargs.lr": v.rl.lr,
+            "policy.scheduler": sched, "grpo.max_num_steps": v.rl.max_steps or 500, "grpo.val_period": v.rl.val_every,
             "grpo.dynamic_sampling_max_gen_batches": v.max_gen_batches,
             "loss_fn.reference_policy_kl_penalty": v.kl_beta,
             "loss_fn.ratio_clip_min": v.clip_low, "loss_fn.ratio_clip_max": v.clip_high,
@@ -218,7 +219,7 @@ def _recipe_explained(name: str) -> dict:
 
 @pytest.mark.parametrize("name", DAPO)
 def test_shipped_dapo_recipes_depart_from_the_paper_only_where_the_recipe_says_so(name):
-    built = build(load_recipe(name), "rl", 8, 4, source=name)
+    built = build(name, "rl", 8, 4)
     explained = _recipe_explained(name)
     for key, got, _paper in deviations(built.config):
         assert key in explained, f"{key} departs from the paper without the recipe saying so"
@@ -234,12 +235,12 @@ def test_parallelism_and_batch_divisibility():
     assert ncfg.parallelism("Qwen/Qwen2.5-VL-32B-Instruct", 4) == ncfg.Parallelism(4, 2, True)
     assert ncfg.parallelism("Qwen/Qwen2.5-VL-32B-Instruct", 2) == ncfg.Parallelism(2, 2, True)
     assert ncfg.parallelism("Qwen/Qwen2.5-VL-7B-Instruct", 4) == ncfg.Parallelism(1, 1, False)
-    cfg = build(load_recipe("dapo_tight_32b"), "rl", 8, 4).config
+    cfg = build("dapo_tight_32b", "rl", 8, 4).config
     pol = cfg["policy"]
     assert pol["dtensor_cfg"]["tensor_parallel_size"] == 4 == pol["make_sequence_length_divisible_by"]
     assert cfg["policy"]["generation"]["vllm_cfg"]["tensor_parallel_size"] == 2
     with pytest.raises(nkeys.NemoConfigError, match="--nodes 8 x --gpus-per-node 4 gives 32 data-parallel"):
-        build(load_recipe("sft_cot_7b"), "sft", 8, 4)  # SFT global batch 16 over 32 ranks
+        build("sft_cot_7b", "sft", 8, 4)  # SFT global batch 16 over 32 ranks
 
 
 def test_lr_schedules():
@@ -255,22 +256,85 @@ def test_lr_schedules():
 
 def test_recipe_values_nemo_cannot_express_are_refused():
     with pytest.raises(nkeys.NemoConfigError, match="rl.scale_rewards 'batch'"):
-        build(load_recipe("dapo_tight_7b", ["rl.scale_rewards=batch"]), "rl", 1, 4, source="x")
+        build("dapo_tight_7b", "rl", 1, 4, overrides=["rl.scale_rewards=batch"])
     with pytest.raises(nkeys.NemoConfigError, match="rl.loss_type 'dr_grpo'"):
-        build(load_recipe("dapo_tight_7b", ["rl.loss_type=dr_grpo"]), "rl", 1, 4, source="x")
+        build("dapo_tight_7b", "rl", 1, 4, overrides=["rl.loss_type=dr_grpo"])
 
 
 def test_envs_data_and_resume_layout():
-    rec = load_recipe("dapo_tight_7b", ["rl.dynamic_sampling.enabled=false", "run.output_dir=/out/x",
-                                       "data.traces_dir=/d/traces/cot", "rl.init_from=/out/sft_hf"])
-    cfg = build(rec, "rl", 2, 4).config
+    overrides = ["rl.dynamic_sampling.enabled=false", "run.output_dir=/out/x", "data.traces_dir=/d/traces/cot",
+                 "rl.init_from=/out/sft_hf"]
+    cfg = build("dapo_tight_7b", "rl", 2, 4, overrides=overrides).config
+    assert cfg["spatialiq"] == {"recipe": "dapo_tight_7b", "recipe_overrides": overrides, "phase": "rl"}
     assert cfg["grpo"]["use_dynamic_sampling"] is False and cfg["grpo"]["batch_multiplier"] == 1
-    assert cfg["env"][ncfg.TRAIN_ENV]["reward"] == {"format": 0.1, "integer_distance": 0.9}
-    assert cfg["env"][ncfg.VAL_ENV]["reward"] == "exact_match"
-    assert cfg["data"]["train"]["data_path"] == "/d/traces/cot/rl.jsonl"
+    assert cfg["env"] == {TRAIN_ENV: {"reward": {"format": 0.1, "integer_distance": 0.9}},
+                          VAL_ENV: {"reward": "exact_match"}}
+    assert cfg["data"]["train"] == {"dataset_name": "spatialiq:/d/traces/cot/rl.jsonl",
+                                    "data_path": "/d/traces/cot/rl.jsonl", "split": "rl", "env_name": TRAIN_ENV}
+    assert cfg["data"]["validation"]["split"] == "val" and cfg["data"]["validation"]["env_name"] == VAL_ENV
     assert cfg["policy"]["model_name"] == "/out/sft_hf" == cfg["policy"]["tokenizer"]["name"]
     assert cfg["checkpointing"]["checkpoint_dir"] == "/out/x/nemo_rl/rl/checkpoints"
     assert cfg["checkpointing"]["metric_name"] == "val:accuracy" and cfg["checkpointing"]["save_optimizer"]
+    assert cfg["checkpointing"]["save_consolidated"] is True
+
+
+def test_a_recipe_file_is_recorded_by_absolute_path(tmp_path, monkeypatch):
+    (tmp_path / "r.yaml").write_text((SHIPPED_RECIPES / "sft_cot_7b.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    cfg = build("r.yaml", "sft", 1, 4).config
+    assert cfg["spatialiq"] == {"recipe": str(tmp_path / "r.yaml"), "recipe_overrides": [], "phase": "sft"}
+
+
+def test_without_validation_nothing_validates():
+    off = ["data.eval_split=null", "rl.validation.every_steps=null", "sft.validation.every_steps=null",
+           "sft.validation.early_stopping_patience=null"]
+    rl = build("dapo_tight_7b", "rl", 1, 4, overrides=off).config
+    assert rl["data"]["validation"] is None and list(rl["env"]) == [TRAIN_ENV]
+    assert rl["grpo"]["val_period"] == 0 and rl["checkpointing"]["metric_name"] is None
+    sft = build("dapo_tight_7b", "sft", 1, 4, overrides=off).config
+    assert sft["data"]["validation"] is None and sft["checkpointing"]["metric_name"] is None
+    assert (sft["sft"]["val_period"], sft["sft"]["val_at_start"], sft["sft"]["val_at_end"]) == (0, False, False)
+
+
+def test_recipe_fields_reach_the_config():
+    """Betas, warm-up start, validation periods and sizes, sequence budget and refill rounds come from the recipe."""
+    changed = ["rl.optimizer.adam_beta2=0.95", "rl.optimizer.warmup_start_factor=0.2", "rl.validation.every_steps=10",
+               "rl.validation.max_samples=32", "vllm.max_model_len=3072", "rl.dynamic_sampling.max_refill_rounds=3",
+               "sft.optimizer.lr_scheduler_type=constant_with_warmup", "sft.optimizer.warmup_steps=4",
+               "sft.validation.every_steps=25", "sft.validation.max_samples=40", "logging.save_steps=50"]
+    rl = build("dapo_tight_7b", "rl", 1, 4, overrides=changed).config
+    assert rl["policy"]["optimizer"]["kwargs"]["betas"] == [0.9, 0.95]
+    assert rl["policy"]["scheduler"][0]["kwargs"] == {"start_factor": 0.2, "end_factor": 1.0, "total_iters": 50}
+    assert (rl["grpo"]["val_period"], rl["grpo"]["max_val_samples"], rl["grpo"]["val_batch_size"]) == (10, 32, 32)
+    assert rl["policy"]["max_total_sequence_length"] == 3072 == rl["policy"]["generation"]["vllm_cfg"]["max_model_len"]
+    assert rl["grpo"]["dynamic_sampling_max_gen_batches"] == 3
+    sft = build("dapo_tight_7b", "sft", 1, 4, overrides=changed).config
+    assert sft["policy"]["optimizer"]["kwargs"]["betas"] == [0.9, 0.98]  # the recipe's SFT betas, as released
+    assert sft["policy"]["scheduler"][0]["kwargs"]["start_factor"] == 0.25  # warm-up from zero: 1 / 4 steps
+    assert (sft["sft"]["val_period"], sft["sft"]["val_batches"], sft["sft"]["val_global_batch_size"]) == (25, 5, 8)
+
+
+def test_refill_rounds_and_nemo_rls_cap_mean_the_same_batch_count():
+    """NeMo-RL v0.7.0 keeps generating after batch k while k <= dynamic_sampling_max_gen_batches, so a cap of N is
+    N + 1 generation batches; TRL's N refill rounds after the first generation are N + 1 batches too."""
+    from spatialiq_train.nemo.recipe_values import max_gen_batches
+
+    assert [max_gen_batches(n, True) for n in (1, 2, 10)] == [1, 2, 10]
+    with pytest.raises(nkeys.NemoConfigError, match="max_refill_rounds 0: NeMo-RL needs at least 1"):
+        build("dapo_tight_7b", "rl", 1, 4, overrides=["rl.dynamic_sampling.max_refill_rounds=0"])
+    off = build("dapo_tight_7b", "rl", 1, 4, overrides=["rl.dynamic_sampling.max_refill_rounds=0",
+                                                         "rl.dynamic_sampling.enabled=false"]).config
+    assert off["grpo"]["use_dynamic_sampling"] is False
+
+
+def test_key_check_knows_our_section():
+    ks = nkeys.load_key_set("grpo")
+    assert ks.allows("spatialiq.recipe") and ks.allows("spatialiq.recipe_overrides") and ks.allows("spatialiq.phase")
+    assert not ks.allows("spatialiq.traces_dir")
+    assert "spatialiq" in nkeys.missing_keys({}, ks)
+    assert {"spatialiq.recipe", "spatialiq.phase"} <= set(nkeys.missing_keys({"spatialiq": {}}, ks))
+    with pytest.raises(nkeys.NemoConfigError, match="unknown key 'spatialiq.recipee'"):
+        nkeys.check_config({"spatialiq": {"recipee": "x"}}, "grpo")
 
 
 # --- the command ----------------------------------------------------------------------------------------------
@@ -306,7 +370,7 @@ def test_generated_config_builds_nemo_rls_master_config(name, phase):
         from nemo_rl.algorithms.grpo import MasterConfig
     else:
         from nemo_rl.algorithms.sft import MasterConfig
-    cfg = build(load_recipe(name), phase, 8 if phase == "rl" else 4, 4).config
+    cfg = build(name, phase, 8 if phase == "rl" else 4, 4).config
     master = MasterConfig(**cfg)
     assert master.cluster["num_nodes"] == cfg["cluster"]["num_nodes"]
-    assert not set(master.model_extra or {})  # every top-level key is a MasterConfig field
+    assert set(master.model_extra or {}) == {"spatialiq"}  # every other top-level key is a MasterConfig field

@@ -3,6 +3,7 @@ setup/grpo_train/sft receive, resuming, the dynamic-sampling exit code and confi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from _train_support import one_thread, tiny_model_dir, write_traces
 from spatialiq_train.errors import UserError
 from spatialiq_train.nemo import driver
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV, SpatialIQEnvironment
+from spatialiq_train.nemo.export import write_nemo_config
 from spatialiq_train.nemo.runtime import nemo_available
 from spatialiq_train.nemo.standins import StandinRecorder, standin_api
 
@@ -23,27 +25,22 @@ CAP_ERROR = ("Dynamic sampling has reached the maximum allowed number of batches
 """The message NeMo-RL v0.7.0 raises at the cap (nemo_rl/algorithms/grpo.py, dynamic_sampling)."""
 
 
-def _config(tmp_path: Path, **spatialiq: Any) -> Path:
+def _config(tmp_path: Path, phase: str = "rl", overrides: Sequence[str] = (),
+            edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    """A config written by the generator (`spatialiq recipes nemo-rl tiny_cpu`) over three-row traces, optionally
+    edited by hand afterwards (what the driver must refuse)."""
     rng = np.random.default_rng(0)
-    traces = tmp_path / "traces"
     for split in ("rl", "val", "warmup"):
         write_traces(tmp_path, split, 3, rng, answer=lambda i: i % 5)
-    cfg = {
-        "policy": {"model_name": tiny_model_dir(), "tokenizer": {"name": tiny_model_dir()},
-                   "generation": {"backend": "vllm", "max_new_tokens": 24, "vllm_cfg": {"skip_tokenizer_init": False}}},
-        "loss_fn": {"ratio_clip_min": 0.2, "ratio_clip_max": 0.28},
-        "env": {},
-        "data": {"max_input_seq_length": 2048, "shuffle": True, "num_workers": 0},
-        "grpo": {"max_num_steps": 10, "dynamic_sampling_max_gen_batches": 10, "val_period": 5},
-        "sft": {"max_num_steps": 4, "val_period": 2},
-        "logger": {"log_dir": str(tmp_path / "logs")},
-        "cluster": {"gpus_per_node": 1, "num_nodes": 1},
-        "checkpointing": {"enabled": True, "checkpoint_dir": str(tmp_path / "ckpt")},
-        "spatialiq": {"recipe": "tiny_cpu", "traces_dir": str(traces), "data_root": str(tmp_path),
-                      "val_split": "val", **spatialiq},
-    }
-    path = tmp_path / "nemo.yaml"
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    sets = [f"data.traces_dir={tmp_path / 'traces'}", f"data.data_root={tmp_path}", "data.eval_split=val",
+            "rl.validation.every_steps=5", "sft.validation.every_steps=2", f"model.name_or_path={tiny_model_dir()}",
+            "model.tiny=false", f"run.output_dir={tmp_path}", *overrides]
+    path = tmp_path / f"nemo_{phase}.yaml"
+    write_nemo_config("tiny_cpu", path, phase=phase, nodes=1, gpus_per_node=1, overrides=sets)  # type: ignore[arg-type]
+    if edit is not None:
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        edit(cfg)
+        path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     return path
 
 
@@ -73,6 +70,7 @@ def test_rl_registers_our_environments_and_calls_setup_and_grpo_train(tmp_path: 
         (3136, 12544)  # the recipe's budget, not the processor's saved 200,704
     assert master.grpo["max_num_steps"] == 3 and master.logger["log_dir"].endswith("exp_001")
     assert master.data["train"] == {"dataset_name": f"spatialiq:{tmp_path / 'traces' / 'rl.jsonl'}",
+                                    "data_path": str(tmp_path / "traces" / "rl.jsonl"), "split": "rl",
                                     "env_name": TRAIN_ENV}
     assert master.data["validation"]["env_name"] == VAL_ENV
     assert master.spatialiq["phase"] == "rl"
@@ -106,7 +104,7 @@ def test_registration_is_idempotent_and_refuses_a_taken_name() -> None:
 
 def test_dynamic_sampling_cap_is_exit_3(tmp_path: Path) -> None:
     api, rec = standin_api(StandinRecorder(grpo_train_raises=ValueError(CAP_ERROR)))
-    with pytest.raises(driver.DynamicSamplingCapError, match=r"dynamic_sampling_max_gen_batches \(10\)") as info:
+    with pytest.raises(driver.DynamicSamplingCapError, match=r"max_gen_batches \(2\)") as info:  # tiny_cpu: 2 rounds
         driver.run("rl", _config(tmp_path), api=api)
     assert info.value.exit_code == 3
     api, rec = standin_api(StandinRecorder(grpo_train_raises=ValueError("something else")))
@@ -116,21 +114,22 @@ def test_dynamic_sampling_cap_is_exit_3(tmp_path: Path) -> None:
 
 def test_sft_goes_through_the_sft_entry_with_our_dataset(tmp_path: Path) -> None:
     api, rec = standin_api()
-    driver.run("sft", _config(tmp_path), api=api)
+    driver.run("sft", _config(tmp_path, "sft"), api=api)
     (setup,) = rec.called("sft_setup")
     processor = setup["tokenizer"]
     assert hasattr(processor, "image_processor")  # the processor stands in for the tokenizer, as in run_vlm_sft
     datum = setup["train_dataset"][0]
     assert [m["role"] for m in datum["message_log"]] == ["system", "user", "assistant"]
     assert datum["message_log"][2]["content"] == "<answer>0</answer><|im_end|>\n"
-    assert setup["master_config"].data["train"] == {"dataset_name": f"spatialiq:{tmp_path / 'traces' / 'warmup.jsonl'}"}
+    assert setup["master_config"].data["train"]["dataset_name"] == f"spatialiq:{tmp_path / 'traces' / 'warmup.jsonl'}"
+    assert "env_name" not in setup["master_config"].data["train"]
     assert rec.called("create_env") == [] and not any(n in rec.env_registry for n in ACTOR_CLASSES)
     (train,) = rec.called("sft_train")
     assert train["tokenizer"] is processor and train["sft_save_state"] == "<sft_save_state>"
 
 
 def test_resume_logs_the_newest_step_and_refuses_another_recipe(tmp_path: Path, caplog: Any) -> None:
-    ckpt = tmp_path / "ckpt"
+    ckpt = tmp_path / "nemo_rl" / "rl" / "checkpoints"  # run.output_dir/nemo_rl/rl, as generated
     for name in ("step_2", "step_10", "tmp_step_11", "old_step_12", "step_x"):
         (ckpt / name).mkdir(parents=True)
     assert driver.latest_step(ckpt) == ckpt / "step_10"
@@ -146,32 +145,68 @@ def test_resume_logs_the_newest_step_and_refuses_another_recipe(tmp_path: Path, 
         driver.run("rl", _config(tmp_path), api=standin_api()[0])
 
 
-@pytest.mark.parametrize(("section", "overrides", "message"), [
-    ({"recipe": None}, [], "spatialiq.recipe"),
-    ({"trace_dir": "x"}, [], r"spatialiq\.trace_dir: Extra inputs are not permitted"),
-    ({"phase": "sft"}, [], "this config is for `spatialiq nemo sft`"),
-    ({}, ["grpo.no_such_key=1"], "overrides grpo.no_such_key=1 rejected"),
-    ({"recipe": "no_such_recipe"}, [], "recipe file no_such_recipe does not exist"),
-    ({"validation": False}, [], "ask for validation but there is no validation split"),
-    ({}, ["checkpointing.checkpoint_dir=null"], "checkpoint_dir is not set"),
+def _section(**changes: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(cfg: dict[str, Any]) -> None:
+        for key, value in changes.items():
+            if value is _DROP:
+                del cfg["spatialiq"][key]
+            else:
+                cfg["spatialiq"][key] = value
+    return edit
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(("edit", "overrides", "message"), [
+    (_section(recipe=_DROP), [], r"spatialiq\.recipe: Field required"),
+    (_section(trace_dir="x"), [], r"spatialiq\.trace_dir: Extra inputs are not permitted"),
+    (_section(phase="sft"), [], "this config is for `spatialiq nemo sft`"),
+    (None, ["grpo.no_such_key=1"], "overrides grpo.no_such_key=1 rejected"),
+    (_section(recipe="no_such_recipe"), [], "recipe file no_such_recipe does not exist"),
+    (None, ["checkpointing.checkpoint_dir=null"], "checkpoint_dir is not set"),
 ])
-def test_config_errors_name_the_key(tmp_path: Path, section: dict[str, Any], overrides: list[str],
-                                    message: str) -> None:
+def test_config_errors_name_the_key(tmp_path: Path, edit: Any, overrides: list[str], message: str) -> None:
     with pytest.raises(UserError, match=message):
-        driver.run("rl", _config(tmp_path, **section), overrides, api=standin_api()[0])
+        driver.run("rl", _config(tmp_path, edit=edit), overrides, api=standin_api()[0])
 
 
-def test_env_reward_in_the_yaml_must_match_the_recipe(tmp_path: Path) -> None:
-    path = _config(tmp_path)
-    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
-    cfg["env"] = {TRAIN_ENV: {"reward": {"format": 1.0}}}
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    with pytest.raises(UserError, match="env.spatialiq.reward .* but the recipe gives"):
-        driver.run("rl", path, api=standin_api()[0])
+def test_validation_asked_for_without_a_split_is_refused(tmp_path: Path) -> None:
+    path = _config(tmp_path, overrides=["data.eval_split=null", "rl.validation.every_steps=null",
+                                        "sft.validation.every_steps=null"])
+    api, rec = standin_api()
+    driver.run("rl", path, api=api)  # as generated: no validation set, val_period 0
+    assert rec.called("grpo_setup")[0]["val_dataset"] is None
+    assert [c["env_name"] for c in rec.called("create_env")] == [TRAIN_ENV]
+    with pytest.raises(UserError, match="ask for validation but the recipe gives no validation split"):
+        driver.run("rl", path, ["grpo.val_period=5"], api=standin_api()[0])
+
+
+@pytest.mark.parametrize(("edit", "overrides", "message"), [
+    (lambda c: c["env"].update(spatialiq={"reward": {"format": 1.0}}), [],
+     r"env is .* the recipe gives \{'spatialiq': \{'reward': \{'format': 0\.1, 'integer_distance': 0\.9\}\}"),
+    (None, ["data.train.data_path=/elsewhere/rl.jsonl"], r"data\.train is \{.*'/elsewhere/rl\.jsonl'"),
+    (None, ["data.default.max_pixels=802816"], r"data\.default is .* the recipe gives .*'max_pixels': 12544"),
+    (lambda c: c["spatialiq"].update(recipe_overrides=[*c["spatialiq"]["recipe_overrides"], "data.rl_split=warmup"]),
+     [], r"data\.train is .*'split': 'rl'.* the recipe gives .*'split': 'warmup'"),
+    (None, ["policy.generation.vllm_cfg.skip_tokenizer_init=true"],
+     r"policy\.generation\.vllm_cfg\.skip_tokenizer_init is True, the recipe gives False"),
+    (None, ["checkpointing.metric_name=val:loss"], r"checkpointing\.metric_name is 'val:loss'"),
+    (None, ["checkpointing.save_consolidated=false"], r"checkpointing\.save_consolidated is False"),
+    (lambda c: c.pop("env"), [], r"env is absent"),
+])
+def test_project_pieces_differing_from_the_recipe_are_refused_not_rewritten(
+        tmp_path: Path, edit: Any, overrides: list[str], message: str) -> None:
+    api, rec = standin_api()
+    with pytest.raises(UserError, match=message) as info:
+        driver.run("rl", _config(tmp_path, edit=edit), overrides, api=api)
+    assert "regenerate the config with `spatialiq recipes nemo-rl`" in str(info.value)
+    assert rec.called("grpo_setup") == [] and rec.called("init_ray") == []
+
+
+def test_no_spatialiq_section_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no 'spatialiq' section"):
-        del cfg["spatialiq"]
-        path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-        driver.run("rl", path, api=standin_api()[0])
+        driver.run("rl", _config(tmp_path, edit=lambda c: c.pop("spatialiq")), api=standin_api()[0])
 
 
 @pytest.mark.nemo_rl
@@ -212,7 +247,7 @@ def test_cli_dynamic_sampling_cap_is_exit_3(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(driver, "load_api", lambda: api)
     result = CliRunner().invoke(app, ["nemo", "rl", "--config", str(_config(tmp_path)), "grpo.max_num_steps=2"])
     assert result.exit_code == 3, result.output
-    assert "error: dynamic sampling reached grpo.dynamic_sampling_max_gen_batches (10)" in result.output
+    assert "error: dynamic sampling reached grpo.dynamic_sampling_max_gen_batches (2)" in result.output
     assert rec.called("grpo_setup")[0]["master_config"].grpo["max_num_steps"] == 2
 
 

@@ -97,11 +97,12 @@ def nemo_rl_cmd(
     phase: str = typer.Option("rl", "--phase", help="rl (GRPO/DAPO) or sft."),
     overrides: list[str] | None = typer.Option(None, "--set", help="Override KEY.PATH=VALUE (repeatable)."),
 ) -> None:
-    """Write the complete NeMo-RL v0.7.0 config for a recipe, checked against NeMo-RL's key list."""
+    """Write the complete NeMo-RL v0.7.0 config for a recipe, checked against NeMo-RL's key list; `spatialiq nemo
+    rl|sft --config OUT` runs it as written (its `spatialiq` section records the recipe and these overrides)."""
     from spatialiq_train.nemo.export import write_nemo_config
 
-    built = write_nemo_config(load_checked(recipe, overrides), out, phase=phase, nodes=nodes,  # type: ignore[arg-type]
-                              gpus_per_node=gpus_per_node, source=str(recipe))
+    built = write_nemo_config(recipe, out, phase=phase, nodes=nodes, gpus_per_node=gpus_per_node,  # type: ignore[arg-type]
+                              overrides=list(overrides or []))
     for note in built.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {out} (NeMo-RL {built.algorithm} config, {nodes} x {gpus_per_node} GPUs)")

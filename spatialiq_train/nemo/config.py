@@ -2,13 +2,15 @@
 
 The generated config is self-contained (no `defaults:` chain into the container's examples, no `${...}`
 interpolation), so every value NeMo-RL runs with is visible in one file, and it is checked against the key list
-(`keys.check_config`) before anyone writes it. Recipe values come through `recipe_values.values_from_recipe`.
+(`keys.check_config`) before anyone writes it. Recipe values come through `recipe_values.values_from_recipe`; the
+project's pieces (the `spatialiq` section, data entries, environments, checkpoint metric) come from
+`spatialiq_train.nemo.contract`, which the driver uses to check them.
 
 Dynamic sampling at its cap: NeMo-RL v0.7.0 does not fill the batch when `grpo.dynamic_sampling_max_gen_batches`
 extra generation batches still leave fewer than `num_prompts_per_step` prompt groups with varying reward; it
 raises `ValueError("Dynamic sampling has reached the maximum allowed number of batches ...")` and the run stops.
-The driver (`spatialiq nemo rl`) exits with EXIT_DYNAMIC_SAMPLING_CAP for it; the last checkpoint stays, so a
-rerun resumes, but the same data will likely stop again: raise the cap, `num_generations`, or the data's
+The driver (`spatialiq nemo rl`) exits with `driver.EXIT_DYNAMIC_SAMPLING_CAP` (3) for it; the last checkpoint stays,
+so a rerun resumes, but the same data will likely stop again: raise the cap, `num_generations`, or the data's
 difficulty spread first. (The TRL path differs: it fills the empty slots with loss-masked groups.)
 """
 
@@ -19,20 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from spatialiq_train.nemo.recipe_values import RELEASED_GRPO, RELEASED_SFT, NemoValues, traces_file
-
-DATASET_CLASS = "spatialiq_train.nemo.data.SpatialIQDataset"
-"""Dotted path NeMo-RL imports for `data.*.dataset_name` (a RawDataset subclass; it assigns its own processor)."""
-ENV_CLASS = "spatialiq_train.nemo.env.SpatialIQEnvironment"
-"""Ray actor class of both environments; the driver registers it under TRAIN_ENV and VAL_ENV."""
-TRAIN_ENV = "spatialiq"
-VAL_ENV = "spatialiq_val"
-VAL_REWARD = "exact_match"
-"""Validation reward: NeMo-RL's validation "accuracy" is the mean reward, so the validation environment scores
-exact match only, and `val:accuracy` (checkpoint selection) is then the exact-match accuracy."""
-DYNAMIC_SAMPLING_CAP_MESSAGE = "Dynamic sampling has reached the maximum allowed number of batches"
-EXIT_DYNAMIC_SAMPLING_CAP = 3
-"""Exit status of `spatialiq nemo rl` when NeMo-RL stops at the dynamic-sampling cap (slurm scripts do not requeue)."""
+from spatialiq_train.nemo.contract import checkpoint_metric, data_entries, env_entries, plan_data, validates
+from spatialiq_train.nemo.recipe_values import RELEASED_GRPO, RELEASED_SFT, NemoValues, PhaseValues
+from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings
 
 Phase = Literal["rl", "sft"]
 
@@ -74,7 +65,11 @@ def parallelism(model_name: str, gpus_per_node: int) -> Parallelism:
 
 
 def lr_schedule(kind: str, warmup: float, total: int | None, start: float) -> tuple[list[dict] | None, str | None]:
-    """NeMo-RL `policy.scheduler` for a recipe schedule: (SequentialLR parts or None = constant LR, note)."""
+    """NeMo-RL `policy.scheduler` for a recipe schedule: (SequentialLR parts or None = constant LR, note).
+
+    `start` is the warm-up's first learning-rate factor (the recipe's `warmup_start_factor`). torch's LinearLR needs
+    it above 0, so 0 (transformers' warm-up from zero) becomes 1 / warm-up steps, the factor of its first step.
+    """
     if warmup < 1 and warmup > 0 and total is None:
         return None, f"{kind} schedule with fractional warm-up {warmup} needs a step budget: constant LR instead"
     warm = int(round(warmup * total)) if 0 < warmup < 1 and total else int(warmup)
@@ -93,7 +88,7 @@ def lr_schedule(kind: str, warmup: float, total: int | None, start: float) -> tu
     if warm == 0:
         return (None if main["name"].endswith("ConstantLR") else [main]), None
     ramp = {"name": "torch.optim.lr_scheduler.LinearLR",
-            "kwargs": {"start_factor": start, "end_factor": 1.0, "total_iters": warm}}
+            "kwargs": {"start_factor": start if start > 0 else 1.0 / warm, "end_factor": 1.0, "total_iters": warm}}
     return [ramp, main, {"milestones": [warm]}], None
 
 
@@ -118,10 +113,11 @@ def _dtensor(v: NemoValues, par: Parallelism) -> dict[str, Any]:
 
 
 def _policy(v: NemoValues, par: Parallelism, *, model: str, phase: Phase, global_batch: int) -> dict[str, Any]:
-    seq = RELEASED_GRPO["max_total_sequence_length"]
+    seq = v.max_seq_len
     micro, logprob = RELEASED_GRPO["train_micro_batch_size"], RELEASED_GRPO["logprob_batch_size"]
     rl = phase == "rl"
-    released = RELEASED_GRPO if rl else RELEASED_SFT
+    p = v.rl if rl else v.sft
+    eps = (RELEASED_GRPO if rl else RELEASED_SFT)["adam_eps"]
     policy: dict[str, Any] = {
         "model_name": model,
         "tokenizer": {"name": model},
@@ -131,7 +127,7 @@ def _policy(v: NemoValues, par: Parallelism, *, model: str, phase: Phase, global
         "max_total_sequence_length": seq,
         "precision": "bfloat16",
         "offload_optimizer_for_logprob": False,
-        "max_grad_norm": v.rl_max_grad_norm if rl else v.sft_max_grad_norm,
+        "max_grad_norm": p.max_grad_norm,
         "dtensor_cfg": _dtensor(v, par),
         "megatron_cfg": {"enabled": False},
         # released: dynamic batching for GRPO (variable completion lengths), off for SFT; packing refused for VLMs
@@ -140,8 +136,8 @@ def _policy(v: NemoValues, par: Parallelism, *, model: str, phase: Phase, global
         "sequence_packing": {"enabled": False},
         "make_sequence_length_divisible_by": par.policy_tp,
         "optimizer": {"name": "torch.optim.AdamW", "kwargs": {
-            "lr": v.rl_lr if rl else v.sft_lr, "weight_decay": v.rl_weight_decay if rl else v.sft_weight_decay,
-            "betas": list(released["adam_betas"]), "eps": released["adam_eps"], "foreach": False, "fused": False}},
+            "lr": p.lr, "weight_decay": p.weight_decay, "betas": list(p.betas), "eps": eps, "foreach": False,
+            "fused": False}},
     }
     if rl:
         policy["generation_batch_size"] = RELEASED_GRPO["generation_batch_size"]
@@ -150,35 +146,25 @@ def _policy(v: NemoValues, par: Parallelism, *, model: str, phase: Phase, global
 
 
 def _generation(v: NemoValues, par: Parallelism) -> dict[str, Any]:
-    seq = RELEASED_GRPO["max_total_sequence_length"]
     return {
         "backend": "vllm", "max_new_tokens": v.max_new_tokens, "temperature": v.temperature, "top_p": v.top_p,
         "top_k": v.top_k, "stop_token_ids": None, "stop_strings": None,
         "vllm_cfg": {"async_engine": False, "precision": "bfloat16", "kv_cache_dtype": "auto",
                      "tensor_parallel_size": par.vllm_tp, "pipeline_parallel_size": 1, "expert_parallel_size": 1,
                      "gpu_memory_utilization": RELEASED_GRPO["vllm_gpu_memory_utilization"],
-                     "max_model_len": seq, "enforce_eager": False,
-                     "skip_tokenizer_init": False},   # required False for VLMs (run_vlm_grpo asserts it)
+                     "max_model_len": v.max_seq_len, "enforce_eager": False,
+                     "skip_tokenizer_init": False},   # required False for VLMs (contract: the driver checks it)
         # vlm_grpo_3B.yaml: a multimodal processor cache > 0 failed at validation ("cache not found")
         "vllm_kwargs": {"mm_processor_cache_gb": 0},
         "colocated": {"enabled": True, "resources": {"gpus_per_node": None, "num_nodes": None}},
     }
 
 
-def _data(v: NemoValues, *, train_split: str, val_split: str | None, envs: bool, sft: bool) -> dict[str, Any]:
-    def entry(split: str, env: str | None) -> dict[str, Any]:
-        out = {"dataset_name": DATASET_CLASS, "data_path": traces_file(v, split), "split": split}
-        return {**out, "env_name": env} if env else out
-
-    data: dict[str, Any] = {"max_input_seq_length": RELEASED_GRPO["max_total_sequence_length"], "shuffle": True,
-                            "num_workers": 1}
-    if sft:
+def _data(v: NemoValues, plan: DataPlan, phase: Phase) -> dict[str, Any]:
+    data: dict[str, Any] = {"max_input_seq_length": v.max_seq_len, "shuffle": True, "num_workers": 1}
+    if phase == "sft":
         data.update(add_bos=True, add_eos=True, add_generation_prompt=RELEASED_SFT["add_generation_prompt"])
-    data["train"] = entry(train_split, TRAIN_ENV if envs else None)
-    data["validation"] = entry(val_split, VAL_ENV if envs else None) if val_split else None
-    data["default"] = {"prompt_file": None, "system_prompt_file": None, "data_root": v.data_root,
-                       "min_pixels": v.min_pixels, "max_pixels": v.max_pixels}
-    return data
+    return {**data, **data_entries(plan, phase)}
 
 
 def _logger(v: NemoValues, run_dir: str, phase: Phase) -> dict[str, Any]:
@@ -192,31 +178,40 @@ def _logger(v: NemoValues, run_dir: str, phase: Phase) -> dict[str, Any]:
     }
 
 
-def _checkpointing(v: NemoValues, run_dir: str, metric: str, higher: bool) -> dict[str, Any]:
+def _checkpointing(v: NemoValues, run_dir: str, plan: DataPlan, phase: Phase) -> dict[str, Any]:
     # A fixed checkpoint_dir is what resumes: NeMo-RL restarts from the newest step_N in it.
+    metric, higher = checkpoint_metric(plan, phase)
     return {"enabled": True, "checkpoint_dir": f"{run_dir}/checkpoints", "metric_name": metric,
             "higher_is_better": higher, "keep_top_k": v.keep_top_k, "save_period": v.save_period,
             "checkpoint_must_save_by": None, "model_save_format": "safetensors",
             "save_consolidated": True, "save_optimizer": True}
 
 
-def _grpo(v: NemoValues, max_steps: int) -> dict[str, Any]:
+def _validation(p: PhaseValues, on: bool, cap: int) -> tuple[int, int]:
+    """(validation period, rows used) of a phase; period 0 turns validation off, as NeMo-RL requires without a
+    validation set. Rows default to `cap` when the recipe says "all" (NeMo-RL needs a count)."""
+    return (p.val_every or 0, p.val_samples or cap) if on else (0, cap)
+
+
+def _grpo(v: NemoValues, max_steps: int, validate: bool) -> dict[str, Any]:
     loo = RELEASED_GRPO["use_leave_one_out_baseline"]
+    period, samples = _validation(v.rl, validate, RELEASED_GRPO["max_val_samples"])
     return {
         "num_prompts_per_step": RELEASED_GRPO["num_prompts_per_step"],
         "num_generations_per_prompt": v.num_generations,
-        "max_rollout_turns": 1, "max_num_epochs": v.rl_epochs, "max_num_steps": max_steps,
+        "max_rollout_turns": 1, "max_num_epochs": v.rl.epochs, "max_num_steps": max_steps,
         "normalize_rewards": v.normalize_rewards, "use_leave_one_out_baseline": loo,
         # v0.7.0's advantage estimator reads these, not the two above (which reach it only through the
         # interpolation in the shipped base YAML, absent here): set explicitly to the same values.
         "adv_estimator": {"name": "grpo", "normalize_rewards": v.normalize_rewards,
                           "use_leave_one_out_baseline": loo, "minus_baseline": True},
-        "val_period": RELEASED_GRPO["val_period"], "val_at_start": False, "val_at_end": False,
-        "max_val_samples": RELEASED_GRPO["max_val_samples"], "val_batch_size": RELEASED_GRPO["val_batch_size"],
+        "val_period": period, "val_at_start": False, "val_at_end": False,
+        "max_val_samples": samples, "val_batch_size": min(samples, RELEASED_GRPO["val_batch_size"]),
         "seed": v.seed, "overlong_filtering": v.overlong_filtering,
         "advantage_clip_low": None, "advantage_clip_high": None,
         "use_dynamic_sampling": v.dynamic_sampling,
         "batch_multiplier": RELEASED_GRPO["batch_multiplier"] if v.dynamic_sampling else 1,
+        # the same number of generation batches per step as TRL's refill rounds (recipe_values.max_gen_batches)
         "dynamic_sampling_max_gen_batches": v.max_gen_batches,
         # DAPO overlong shaping: penalty grows linearly over the last `buffer` tokens before max_response_length
         "reward_shaping": {"enabled": v.overlong_shaping, "overlong_buffer_length": v.overlong_buffer,
@@ -241,12 +236,6 @@ def _loss(v: NemoValues) -> dict[str, Any]:
     }
 
 
-def _envs(v: NemoValues) -> dict[str, Any]:
-    # Our own blocks (NeMo-RL passes env.<name> verbatim to the actor): `reward` is a reward.registry spec.
-    return {TRAIN_ENV: {"actor_class_fqn": ENV_CLASS, "num_workers": 8, "reward": dict(v.reward_weights)},
-            VAL_ENV: {"actor_class_fqn": ENV_CLASS, "num_workers": 8, "reward": VAL_REWARD}}
-
-
 def _check_batch(global_batch: int, nodes: int, gpus_per_node: int, policy_tp: int, what: str) -> None:
     dp = nodes * gpus_per_node // policy_tp
     if global_batch % dp:
@@ -255,25 +244,30 @@ def _check_batch(global_batch: int, nodes: int, gpus_per_node: int, policy_tp: i
                          f"evenly among them: choose --nodes so that the rank count divides {global_batch}")
 
 
-def grpo_config(v: NemoValues, nodes: int, gpus_per_node: int, run_dir: str | None = None) -> Built:
-    """The complete GRPO/DAPO config (validation every 20 steps on the exact-match environment)."""
+def _cluster(nodes: int, gpus_per_node: int) -> dict[str, int]:
+    return {"gpus_per_node": gpus_per_node, "num_nodes": nodes}
+
+
+def grpo_config(v: NemoValues, settings: DriverSettings, nodes: int, gpus_per_node: int,
+                run_dir: str | None = None) -> Built:
+    """The complete GRPO/DAPO config (validation on the exact-match environment when the recipe validates)."""
     par = parallelism(v.base_model, gpus_per_node)
+    plan = plan_data(v, "rl", settings.recipe)
     run_dir = run_dir or f"{v.output_dir}/nemo_rl/rl"
-    max_steps = v.rl_max_steps or RELEASED_GRPO["max_num_steps"]
+    max_steps = v.rl.max_steps or RELEASED_GRPO["max_num_steps"]
     global_batch = RELEASED_GRPO["num_prompts_per_step"] * v.num_generations   # one optimizer step per rollout
     _check_batch(global_batch, nodes, gpus_per_node, par.policy_tp, "GRPO")
-    sched, note = lr_schedule(v.rl_scheduler, v.rl_warmup, max_steps, RELEASED_GRPO["warmup_start_factor"])
+    sched, note = lr_schedule(v.rl.scheduler, v.rl.warmup, max_steps, v.rl.warmup_start)
     policy = _policy(v, par, model=v.rl_init or v.base_model, phase="rl", global_batch=global_batch)
     policy["scheduler"] = sched
     config = {
-        "grpo": _grpo(v, max_steps), "loss_fn": _loss(v), "policy": policy,
-        "data": _data(v, train_split=v.rl_split, val_split=v.eval_split, envs=True, sft=False),
-        "env": _envs(v), "logger": _logger(v, run_dir, "rl"),
-        "checkpointing": _checkpointing(v, run_dir, "val:accuracy", True),
-        "cluster": {"gpus_per_node": gpus_per_node, "num_nodes": nodes},
+        SECTION: settings.model_dump(),
+        "grpo": _grpo(v, max_steps, validates(v, "rl")), "loss_fn": _loss(v), "policy": policy,
+        "data": _data(v, plan, "rl"), "env": env_entries(plan), "logger": _logger(v, run_dir, "rl"),
+        "checkpointing": _checkpointing(v, run_dir, plan, "rl"), "cluster": _cluster(nodes, gpus_per_node),
     }
     notes = [f"rl: {note}"] if note else []
-    if (v.rl_split, v.eval_split) in (("rl", "val"), ("warmup", "val"), ("train", "rl"), ("train", "warmup")):
+    if (v.rl_split, plan.val_split) in (("rl", "val"), ("warmup", "val"), ("train", "rl"), ("train", "warmup")):
         notes.append(f"rl: validation split {v.eval_split!r} and RL split {v.rl_split!r} come from independent "
                      "partitions (train/val vs warmup/rl), so they share structures: val:accuracy is not held out")
     if v.rl_init is None:
@@ -282,30 +276,34 @@ def grpo_config(v: NemoValues, nodes: int, gpus_per_node: int, run_dir: str | No
     return Built(config, "grpo", notes)
 
 
-def sft_config(v: NemoValues, nodes: int, gpus_per_node: int, run_dir: str | None = None) -> Built:
+def sft_config(v: NemoValues, settings: DriverSettings, nodes: int, gpus_per_node: int,
+               run_dir: str | None = None) -> Built:
     """The complete SFT config (assistant-token loss; checkpoints chosen by validation loss)."""
     if not v.sft_assistant_only:
         raise ValueError("sft.assistant_only_loss: false has no NeMo-RL equivalent (its SFT trains the assistant "
                          "turns only)")
     par = parallelism(v.base_model, gpus_per_node)
+    plan = plan_data(v, "sft", settings.recipe)
     run_dir = run_dir or f"{v.output_dir}/nemo_rl/sft"
     global_batch = RELEASED_SFT["train_global_batch_size"]
     _check_batch(global_batch, nodes, gpus_per_node, par.policy_tp, "SFT")
-    sched, note = lr_schedule(v.sft_scheduler, v.sft_warmup, v.sft_max_steps, RELEASED_GRPO["warmup_start_factor"])
+    sched, note = lr_schedule(v.sft.scheduler, v.sft.warmup, v.sft.max_steps, v.sft.warmup_start)
     policy = _policy(v, par, model=v.base_model, phase="sft", global_batch=global_batch)
     policy["scheduler"] = sched
-    sft = {"max_num_epochs": v.sft_epochs, "max_num_steps": v.sft_max_steps or RELEASED_SFT["max_num_steps"],
-           "val_period": RELEASED_SFT["val_period"], "val_batches": RELEASED_SFT["val_batches"],
-           "val_global_batch_size": RELEASED_SFT["val_global_batch_size"], "val_micro_batch_size": 1,
-           "val_at_start": True, "val_at_end": True, "seed": v.seed, "only_unmask_final": False}
+    on = validates(v, "sft")
+    val_batch = RELEASED_SFT["val_global_batch_size"]
+    sft = {"max_num_epochs": v.sft.epochs, "max_num_steps": v.sft.max_steps or RELEASED_SFT["max_num_steps"],
+           "val_period": v.sft.val_every if on else 0,
+           "val_batches": -(-v.sft.val_samples // val_batch) if on and v.sft.val_samples else 0,   # 0: all
+           "val_global_batch_size": val_batch, "val_micro_batch_size": 1,
+           "val_at_start": on, "val_at_end": on, "seed": v.seed, "only_unmask_final": False}
     config = {
-        "sft": sft, "policy": policy,
-        "data": _data(v, train_split=v.sft_split, val_split=v.eval_split, envs=False, sft=True),
-        "logger": _logger(v, run_dir, "sft"),
-        "checkpointing": _checkpointing(v, run_dir, "val:val_loss", False),
-        "cluster": {"gpus_per_node": gpus_per_node, "num_nodes": nodes},
+        SECTION: settings.model_dump(), "sft": sft, "policy": policy, "data": _data(v, plan, "sft"),
+        "logger": _logger(v, run_dir, "sft"), "checkpointing": _checkpointing(v, run_dir, plan, "sft"),
+        "cluster": _cluster(nodes, gpus_per_node),
     }
     notes = [f"sft: {note}"] if note else []
-    notes.append("sft: the released config's early stopping (patience 3) exists in no NeMo-RL release; "
-                 "keep_top_k by val:val_loss keeps the best checkpoints instead")
+    if on:
+        notes.append("sft: early stopping (the released config's patience 3) exists in no NeMo-RL release; "
+                     "keep_top_k by val:val_loss keeps the best checkpoints instead")
     return Built(config, "sft", notes)

@@ -5,10 +5,11 @@ calls ``setup_response_data(..., is_vlm=True)``, which builds every environment 
 custom reward needs its own driver. This one follows the stock flow and differs where our data and rewards enter:
 
 1. load the YAML (``load_config``, NeMo-RL's ``defaults:`` inheritance), apply the command line's Hydra overrides,
-   resolve it, read our ``spatialiq`` section (:class:`DriverSettings`) and the recipe it names;
-2. fill ``env.spatialiq`` (the recipe's ``reward.weights``) and ``env.spatialiq_exact_match`` (validation), and
-   name the datasets in ``data.train`` / ``data.validation`` (NeMo-RL's dataset-swap guard reads that name when it
-   resumes), then build ``MasterConfig``;
+   resolve it, read our ``spatialiq`` section (:class:`DriverSettings`) and rebuild the recipe it names with its
+   overrides;
+2. check the config's project pieces against that recipe (:mod:`spatialiq_train.nemo.contract`: data entries,
+   ``env.spatialiq`` / ``env.spatialiq_exact_match``, checkpoint metric, ``skip_tokenizer_init``); a difference
+   is an error naming the keys, never rewritten; then build ``MasterConfig`` from the config as it is;
 3. ``get_next_experiment_dir``, ``init_ray``, ``get_tokenizer(..., get_processor=True)``; the recipe's pixel
    budget is set on that processor, and images are resized to it in our data processor (vLLM gets them resized);
 4. register our environments in both registries NeMo-RL consults: ``register_env`` (``ENV_REGISTRY``, name ->
@@ -48,21 +49,24 @@ import yaml
 from pydantic import ValidationError
 
 from spatialiq_train.errors import UserError
+from spatialiq_train.nemo.contract import check_contract, plan_data
 from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
+from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.runtime import NemoApi, load_api
-from spatialiq_train.nemo.settings import DataPlan, DriverSettings, plan_data, read_settings
+from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, load_recipe_checked, read_settings
 
 log = logging.getLogger(__name__)
 
 Phase = Literal["sft", "rl"]
 EXIT_DYNAMIC_SAMPLING_CAP = 3
 """Exit status when dynamic sampling reaches its cap (NeMo-RL raises and the run stops)."""
-DYNAMIC_SAMPLING_CAP_TEXT = "Dynamic sampling has reached the maximum allowed number of batches"
+DYNAMIC_SAMPLING_CAP_MESSAGE = "Dynamic sampling has reached the maximum allowed number of batches"
 """The start of the ValueError NeMo-RL v0.7.0 raises at the cap (``nemo_rl.algorithms.grpo.dynamic_sampling``)."""
 _STEP_DIR = re.compile(r"step_(\d+)")
 
-__all__ = ["DataPlan", "DriverSettings", "DynamicSamplingCapError", "EXIT_DYNAMIC_SAMPLING_CAP", "NemoApi", "run"]
+__all__ = ["DYNAMIC_SAMPLING_CAP_MESSAGE", "DataPlan", "DriverSettings", "DynamicSamplingCapError",
+           "EXIT_DYNAMIC_SAMPLING_CAP", "NemoApi", "run"]
 
 
 class DynamicSamplingCapError(UserError):
@@ -77,13 +81,14 @@ def dynamic_sampling_exit(cap: Any) -> Iterator[None]:
     try:
         yield
     except ValueError as exc:
-        if DYNAMIC_SAMPLING_CAP_TEXT not in str(exc):
+        if DYNAMIC_SAMPLING_CAP_MESSAGE not in str(exc):
             raise
         raise DynamicSamplingCapError(
             f"dynamic sampling reached grpo.dynamic_sampling_max_gen_batches ({cap}) without a full batch of "
-            "prompt groups whose rewards vary, and NeMo-RL stopped the run. Raise "
-            "grpo.dynamic_sampling_max_gen_batches or grpo.batch_multiplier, or check the rewards (all samples of "
-            "a group scoring alike); rerun the same command to resume from the last checkpoint") from exc
+            "prompt groups whose rewards vary, and NeMo-RL stopped the run. Raise the recipe's "
+            "rl.dynamic_sampling.max_refill_rounds or rl.num_generations (regenerate the config with --set), or "
+            "check the rewards (all samples of a group scoring alike); rerun the same command to resume from the "
+            "last checkpoint") from exc
 
 
 # --- checkpoints ------------------------------------------------------------------------------------------------
@@ -125,32 +130,17 @@ def check_resume(config: dict[str, Any]) -> Path | None:
 # --- config -----------------------------------------------------------------------------------------------------
 
 
-def _env_config(config: dict[str, Any], name: str, reward: Any) -> dict[str, Any]:
-    envs = config.setdefault("env", {}) or {}
-    config["env"] = envs
-    current = dict(envs.get(name) or {})
-    if current.get("reward") not in (None, reward):
-        raise UserError(f"env.{name}.reward is {current['reward']!r} but the recipe gives {reward!r}; the recipe's "
-                        f"reward.weights decide the reward (drop env.{name}.reward or change the recipe)")
-    return {**current, "reward": reward}
-
-
-def prepare_config(config: dict[str, Any], phase: Phase, plan: DataPlan) -> dict[str, Any]:
-    """Our pieces filled into the resolved NeMo-RL config (a new dict): environments, dataset names, phase."""
-    out = dict(config)
-    out["spatialiq"] = {**(config.get("spatialiq") or {}), "phase": phase}
-    data = dict(out.get("data") or {})
-    env_name = {"env_name": TRAIN_ENV} if phase == "rl" else {}
-    data["train"] = {"dataset_name": plan.dataset_name(plan.train_split), **env_name}
-    data["validation"] = None if plan.val_split is None else {
-        "dataset_name": plan.dataset_name(plan.val_split), **({"env_name": VAL_ENV} if phase == "rl" else {})}
-    out["data"] = data
-    if phase == "rl":
-        out["env"] = dict(out.get("env") or {})
-        out["env"][TRAIN_ENV] = _env_config(out, TRAIN_ENV, dict(plan.reward_weights))
-        if plan.val_split is not None:
-            out["env"][VAL_ENV] = _env_config(out, VAL_ENV, "exact_match")
-    return out
+def plan_for(settings: DriverSettings, phase: Phase, source: Path) -> DataPlan:
+    """The recipe the section names, rebuilt with its overrides, as the data plan of ``phase``."""
+    if settings.phase != phase:
+        raise UserError(f"{source}: {SECTION}.phase is {settings.phase!r}: this config is for `spatialiq nemo "
+                        f"{settings.phase}`, not `spatialiq nemo {phase}`")
+    recipe = load_recipe_checked(settings.recipe, settings.recipe_overrides, what=f"{SECTION}.recipe")
+    try:
+        values = values_from_recipe(recipe)
+    except ValueError as exc:
+        raise UserError(f"{source}: {SECTION}.recipe {settings.recipe}: {exc}") from None
+    return plan_data(values, phase, settings.recipe)
 
 
 def load_resolved(api: NemoApi, config_path: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
@@ -209,17 +199,12 @@ def _datasets(api: NemoApi, plan: DataPlan, phase: Phase, processor: Any, master
 
 
 def _run_rl(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> None:
-    gen = api.configure_generation_config(master.policy["generation"], processor.tokenizer)
-    master.policy["generation"] = gen
-    if (gen.get("vllm_cfg") or {}).get("skip_tokenizer_init", False):
-        raise UserError("policy.generation.vllm_cfg.skip_tokenizer_init must be false for a VLM (vLLM renders "
-                        "the prompt string with the images)")
+    master.policy["generation"] = api.configure_generation_config(master.policy["generation"], processor.tokenizer)
     register_environments(api)
     train, val = _datasets(api, plan, "rl", processor, master)
     if val is None and any(master.grpo.get(k) for k in ("val_period", "val_at_start", "val_at_end")):
-        raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but there is no validation "
-                        "split (spatialiq.validation is false, or the recipe's data.eval_split is null and "
-                        "spatialiq.val_split unset)")
+        raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but the recipe gives no "
+                        "validation split (data.eval_split or rl.validation.every_steps is null)")
     log_dir = Path(master.logger["log_dir"])
     for name in (TRAIN_ENV, VAL_ENV):
         if name in master.env:
@@ -254,12 +239,12 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = (), ap
     from spatialiq_train.processor import apply_pixel_budget
 
     api = api or load_api()
-    raw = load_resolved(api, config_path, overrides)
-    settings = read_settings(raw, Path(config_path))
-    plan = plan_data(settings, phase)
-    config = prepare_config(raw, phase, plan)
+    source = Path(config_path)
+    config = load_resolved(api, config_path, overrides)
+    plan = plan_for(read_settings(config, source), phase, source)
+    check_contract(config, plan, phase, str(source))
     check_resume(config)
-    master = _master(api, phase, config, Path(config_path))
+    master = _master(api, phase, config, source)
     master.logger["log_dir"] = api.get_next_experiment_dir(master.logger["log_dir"])
     api.init_ray()
     processor = api.get_tokenizer(master.policy["tokenizer"], get_processor=True)

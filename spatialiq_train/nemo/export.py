@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -11,20 +12,27 @@ from spatialiq_train.nemo.config import Built, Phase, grpo_config, sft_config
 from spatialiq_train.nemo.keys import NemoConfigError, check_config, load_key_set
 from spatialiq_train.nemo.paper import deviations
 from spatialiq_train.nemo.recipe_values import values_from_recipe
-from spatialiq_train.recipes import Recipe
+from spatialiq_train.nemo.settings import DriverSettings, load_recipe_checked, recipe_reference
 
 
-def build(recipe: Recipe, phase: Phase, nodes: int, gpus_per_node: int, run_dir: str | None = None,
-          source: str = "<recipe>") -> Built:
-    """The checked config for one phase; bad input raises NemoConfigError naming the recipe and what to change."""
+def build(recipe: str | Path, phase: Phase, nodes: int, gpus_per_node: int, *, overrides: Sequence[str] = (),
+          run_dir: str | None = None) -> Built:
+    """The checked config for one phase of `recipe` (a shipped name or a file) with dotted `overrides`.
+
+    The config's `spatialiq` section names exactly this recipe and these overrides, so `spatialiq nemo rl|sft`
+    rebuilds the same recipe. Bad input raises a UserError naming the recipe and what to change.
+    """
     if phase not in ("rl", "sft"):
         raise NemoConfigError(f"--phase {phase!r}: expected rl or sft")
     if nodes < 1 or gpus_per_node < 1:
         raise NemoConfigError(f"--nodes {nodes} --gpus-per-node {gpus_per_node}: both must be at least 1")
+    source = str(recipe)
+    settings = DriverSettings(recipe=recipe_reference(recipe), recipe_overrides=list(overrides), phase=phase)
+    rec = load_recipe_checked(recipe, settings.recipe_overrides, what="recipe")
     try:
-        values = values_from_recipe(recipe)
+        values = values_from_recipe(rec)
         make = grpo_config if phase == "rl" else sft_config
-        built = make(values, nodes, gpus_per_node, run_dir)
+        built = make(values, settings, nodes, gpus_per_node, run_dir)
     except ValueError as exc:
         raise NemoConfigError(f"{source}: {exc}") from None
     check_config(built.config, built.algorithm, source=f"NeMo-RL config generated from {source}")
@@ -43,12 +51,12 @@ def to_yaml(built: Built, source: str) -> str:
     return "\n".join(head) + "\n" + yaml.safe_dump(built.config, sort_keys=False, default_flow_style=False)
 
 
-def write_nemo_config(recipe: Recipe, out: Path, *, phase: Phase, nodes: int, gpus_per_node: int,
-                      run_dir: str | None = None, source: str = "<recipe>") -> Built:
+def write_nemo_config(recipe: str | Path, out: Path, *, phase: Phase, nodes: int, gpus_per_node: int,
+                      overrides: Sequence[str] = (), run_dir: str | None = None) -> Built:
     """Build, check and write `out` (temporary name, then rename)."""
-    built = build(recipe, phase, nodes, gpus_per_node, run_dir, source)
+    built = build(recipe, phase, nodes, gpus_per_node, overrides=overrides, run_dir=run_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    tmp.write_text(to_yaml(built, source), encoding="utf-8")
+    tmp.write_text(to_yaml(built, str(recipe)), encoding="utf-8")
     os.replace(tmp, out)
     return built

@@ -17,16 +17,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from spatialiq_train.errors import UserError
+from spatialiq_train.nemo.contract import PROJECT_DATASET_KEYS
+from spatialiq_train.nemo.settings import SECTION, DriverSettings
 
 KEYS_FILE = Path(__file__).with_name("nemo_rl_keys.json")
 Algorithm = Literal["grpo", "sft"]
 
 DATASET_ENTRIES = ("data.train", "data.validation", "data.default")
-PROJECT_DATASET_KEYS = ("data_root", "min_pixels", "max_pixels")
-"""Keys our dataset entries add. NeMo-RL passes every key of a `data.train` / `data.validation` entry (with
-`data.default` merged under it) to the dataset class's constructor as keyword arguments; our class
-(spatialiq_train.nemo.data) reads these: the folder the traces' image paths are relative to, and the pixel budget
-both the policy's processor and vLLM see (NeMo-RL has no pixel knob of its own)."""
+"""Where our dataset keys (contract.PROJECT_DATASET_KEYS: image root, pixel budget, row cap) may appear."""
+PROJECT_KEYS = frozenset({SECTION, *(f"{SECTION}.{k}" for k in DriverSettings.model_fields)})
+"""Our own top-level section (settings.DriverSettings): allowed key by key, not free-form."""
+PROJECT_REQUIRED = frozenset({SECTION, *(f"{SECTION}.{k}" for k, f in DriverSettings.model_fields.items()
+                                         if f.is_required())})
+"""The driver refuses a config without them, so the check does too."""
 
 
 class NemoConfigError(UserError):
@@ -49,12 +52,12 @@ class KeySet:
 def _extended(keys: set[str]) -> set[str]:
     extra = {f"{entry}{suffix}.{k}" for entry in DATASET_ENTRIES for suffix in ("", "[]")
              for k in PROJECT_DATASET_KEYS}
-    return keys | {k for k in extra if k.rsplit(".", 1)[0] in keys}
+    return keys | {k for k in extra if k.rsplit(".", 1)[0] in keys} | PROJECT_KEYS
 
 
 @lru_cache(maxsize=4)
 def load_key_set(algorithm: Algorithm, path: Path = KEYS_FILE) -> KeySet:
-    """The key set of one algorithm (grpo or sft) from the shipped key file, plus PROJECT_DATASET_KEYS."""
+    """The key set of one algorithm (grpo or sft) from the shipped key file, plus our dataset keys and section."""
     doc = json.loads(path.read_text(encoding="utf-8"))
     algos = doc["algorithms"]
     if algorithm not in algos:
@@ -62,7 +65,7 @@ def load_key_set(algorithm: Algorithm, path: Path = KEYS_FILE) -> KeySet:
     entry = algos[algorithm]
     return KeySet(algorithm, doc["nemo_rl"].get("tag"), doc["nemo_rl"].get("commit"),
                   frozenset(_extended(set(entry["keys"]))), frozenset(entry["open"]),
-                  frozenset(entry["required"]))
+                  frozenset(entry["required"]) | PROJECT_REQUIRED)
 
 
 def config_paths(config: Any, prefix: str = "") -> list[str]:

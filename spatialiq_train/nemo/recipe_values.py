@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
 from spatialiq_train.recipes import Recipe
@@ -20,23 +19,22 @@ from spatialiq_train.recipes import Recipe
 RELEASED_GRPO: dict[str, Any] = {
     "num_prompts_per_step": 8,              # grpo.num_prompts_per_step
     "use_leave_one_out_baseline": True,     # grpo.use_leave_one_out_baseline
-    "batch_multiplier": 2,                  # grpo.batch_multiplier (dynamic sampling draws 2 x 8 prompts)
+    # grpo.batch_multiplier (dynamic sampling draws 2 x 8 prompts per generation batch). The recipe has no field:
+    # TRL refills with one ordinary batch per round and cannot express it.
+    "batch_multiplier": 2,
     "max_num_steps": 500,                   # grpo.max_num_steps (used when the recipe trains "by epochs")
-    "val_period": 20,                       # grpo.val_period
-    "max_val_samples": 64,                  # grpo.max_val_samples
-    "val_batch_size": 64,                   # grpo.val_batch_size
+    "max_val_samples": 64,                  # grpo.max_val_samples (when rl.validation.max_samples is null: all)
+    "val_batch_size": 64,                   # grpo.val_batch_size (at most; fewer when max_val_samples is smaller)
     "kl_input_clamp_value": 20.0,           # loss_fn.kl_input_clamp_value
     "kl_output_clamp_value": 10.0,          # loss_fn.kl_output_clamp_value
-    "max_total_sequence_length": 2048,      # policy.max_total_sequence_length
+    "max_total_sequence_length": 2048,      # policy.max_total_sequence_length (when vllm.max_model_len is null)
     "train_micro_batch_size": 1,            # policy.train_micro_batch_size
     "logprob_batch_size": 4,                # policy.logprob_batch_size
     "generation_batch_size": 32,            # policy.generation_batch_size
-    "warmup_start_factor": 0.1,             # policy.scheduler[0]: LinearLR start_factor 0.1 -> 1.0
-    "adam_betas": [0.9, 0.999],             # policy.optimizer.kwargs.betas
     "adam_eps": 1e-8,                       # policy.optimizer.kwargs.eps
-    # policy.generation.vllm_cfg.gpu_memory_utilization. The recipe's rl.vllm_gpu_memory_utilization (0.3) is
-    # tuned for TRL's colocate mode, where the training model stays resident while vLLM generates; NeMo-RL
-    # offloads the policy before generation, so the released 0.6 applies.
+    # policy.generation.vllm_cfg.gpu_memory_utilization. The recipe's vllm.gpu_memory_utilization is tuned for
+    # TRL's colocate mode, where the training model stays resident while vLLM generates (0.3 in the DAPO-paper
+    # experiments); NeMo-RL offloads the policy before generation, so the released 0.6 applies.
     "vllm_gpu_memory_utilization": 0.6,
     "num_val_samples_to_print": 5,          # logger.num_val_samples_to_print
 }
@@ -44,14 +42,32 @@ RELEASED_GRPO: dict[str, Any] = {
 RELEASED_SFT: dict[str, Any] = {
     "train_global_batch_size": 16,          # policy.train_global_batch_size
     "max_num_steps": 1_000_000,             # sft.max_num_steps (epochs decide)
-    "val_period": 50,                       # sft.val_period
-    "val_batches": 4,                       # sft.val_batches
-    "val_global_batch_size": 8,             # sft.val_global_batch_size
-    "adam_betas": [0.9, 0.98],              # policy.optimizer.kwargs.betas
+    "val_global_batch_size": 8,             # sft.val_global_batch_size (sft.val_batches: max_samples / 8)
     "adam_eps": 1e-8,
     # data.add_generation_prompt: false (the assistant header is part of the trained assistant turn)
     "add_generation_prompt": False,
 }
+
+
+@dataclass(frozen=True)
+class PhaseValues:
+    """One phase's optimizer, schedule, step budget and validation (`sft.*` or `rl.*` of the recipe)."""
+
+    lr: float
+    weight_decay: float
+    betas: tuple[float, float]
+    scheduler: str
+    warmup: float
+    """Below 1: a fraction of the steps; from 1: a number of steps."""
+    warmup_start: float
+    """The linear warm-up's first learning-rate factor (0: from zero, as transformers' warm-up)."""
+    epochs: int
+    max_steps: int | None
+    max_grad_norm: float
+    val_every: int | None
+    """Validate every this many steps (None: no validation in this phase)."""
+    val_samples: int | None
+    """Validation rows used (None: all)."""
 
 
 @dataclass(frozen=True)
@@ -65,30 +81,19 @@ class NemoValues:
     max_pixels: int
     freeze_vision: bool
     lora: dict[str, Any] | None
+    max_seq_len: int
     traces_dir: str
     data_root: str
     sft_split: str
     rl_split: str
     eval_split: str | None
+    max_examples: int | None
     seed: int
     output_dir: str
-    # SFT
-    sft_lr: float
-    sft_weight_decay: float
-    sft_scheduler: str
-    sft_warmup: float
-    sft_epochs: int
-    sft_max_steps: int | None
-    sft_max_grad_norm: float
+    sft: PhaseValues
+    rl: PhaseValues
     sft_assistant_only: bool
     # RL
-    rl_lr: float
-    rl_weight_decay: float
-    rl_scheduler: str
-    rl_warmup: float
-    rl_epochs: int
-    rl_max_steps: int | None
-    rl_max_grad_norm: float
     num_generations: int
     token_level_loss: bool
     clip_low: float
@@ -132,44 +137,64 @@ def _normalize(scale_rewards: str) -> bool:
     return scale_rewards == "group"
 
 
+def max_gen_batches(refill_rounds: int, enabled: bool) -> int:
+    """`rl.dynamic_sampling.max_refill_rounds` -> `grpo.dynamic_sampling_max_gen_batches`: the same number.
+
+    NeMo-RL v0.7.0 (`grpo_train` / `dynamic_sampling` in nemo_rl/algorithms/grpo.py) counts a step's generation
+    batches from 1 and, while the batch is short after batch k, generates again if k <= the cap and raises
+    otherwise: a cap of N allows N + 1 generation batches, the first and N more. TRL's refill rounds are the
+    rounds after the first generation, so N rounds are also N + 1 batches. NeMo-RL asserts the cap is above 0.
+    """
+    if enabled and refill_rounds < 1:
+        raise ValueError(f"rl.dynamic_sampling.max_refill_rounds {refill_rounds}: NeMo-RL needs at least 1 (its "
+                         "grpo.dynamic_sampling_max_gen_batches must be > 0); set rl.dynamic_sampling.enabled false "
+                         "for one generation batch per step")
+    return refill_rounds
+
+
 def _steps(value: int) -> int | None:
     return value if value > 0 else None
 
 
-def values_from_recipe(recipe: Recipe) -> NemoValues:
-    """Read the recipe once; raises ValueError (naming the recipe key) for a value NeMo-RL cannot express."""
-    m, d, s, r, g = recipe.model, recipe.data, recipe.sft, recipe.rl, recipe.generation
-    lora = m.lora
-    return NemoValues(
-        recipe_name=recipe.name, base_model=m.name_or_path, rl_init=r.init_from,
-        min_pixels=m.min_pixels, max_pixels=m.max_pixels, freeze_vision=m.freeze_vision,
-        lora={"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout, "target_modules": list(lora.target_modules)}
-        if lora.enabled else None,
-        traces_dir=d.traces_dir, data_root=d.data_root, sft_split=d.sft_split, rl_split=d.rl_split,
-        eval_split=d.eval_split, seed=recipe.run.seed, output_dir=recipe.run.output_dir,
-        sft_lr=s.learning_rate, sft_weight_decay=s.weight_decay, sft_scheduler=s.lr_scheduler_type,
-        sft_warmup=s.warmup_steps, sft_epochs=math.ceil(s.num_train_epochs), sft_max_steps=_steps(s.max_steps),
-        sft_max_grad_norm=s.max_grad_norm, sft_assistant_only=s.assistant_only_loss,
-        rl_lr=r.learning_rate, rl_weight_decay=r.weight_decay, rl_scheduler=r.lr_scheduler_type,
-        rl_warmup=r.warmup_steps, rl_epochs=math.ceil(r.num_train_epochs), rl_max_steps=_steps(r.max_steps),
-        rl_max_grad_norm=r.max_grad_norm, num_generations=r.num_generations,
-        token_level_loss=_token_level(r.loss_type), clip_low=r.epsilon, clip_high=r.epsilon_high,
-        kl_beta=r.beta, kl_type=r.kl_estimator, normalize_rewards=_normalize(r.scale_rewards),
-        overlong_filtering=r.mask_truncated_completions, dynamic_sampling=r.dynamic_sampling.enabled,
-        # NeMo-RL keeps generating while batches so far <= the cap (grpo.py, v0.7.0), so a cap of N allows N
-        # batches after the first: the recipe's extra rounds. At the cap NeMo-RL raises (config.py explains).
-        max_gen_batches=r.dynamic_sampling.max_refill_rounds,
-        overlong_shaping=r.overlong.enabled, overlong_buffer=r.overlong.buffer_length,
-        overlong_penalty=r.overlong.penalty,
-        max_new_tokens=g.max_completion_length, temperature=g.temperature, top_p=g.top_p,
-        top_k=g.top_k or None,
-        reward_weights=dict(recipe.reward.weights),
-        wandb="wandb" in recipe.logging.report_to, tensorboard="tensorboard" in recipe.logging.report_to,
-        wandb_project=recipe.logging.wandb_project, save_period=recipe.logging.save_steps,
-        keep_top_k=recipe.logging.save_total_limit,
+def _phase(section: Any) -> PhaseValues:
+    opt, val = section.optimizer, section.validation
+    return PhaseValues(
+        lr=opt.learning_rate, weight_decay=opt.weight_decay, betas=(opt.adam_beta1, opt.adam_beta2),
+        scheduler=opt.lr_scheduler_type, warmup=opt.warmup_steps, warmup_start=opt.warmup_start_factor,
+        epochs=math.ceil(opt.num_train_epochs), max_steps=_steps(opt.max_steps), max_grad_norm=opt.max_grad_norm,
+        val_every=val.every_steps, val_samples=val.max_samples,
     )
 
 
-def traces_file(values: NemoValues, split: str) -> str:
-    """The traces JSONL of one split (`spatialiq traces` writes train/val/warmup/rl.jsonl)."""
-    return str(PurePosixPath(values.traces_dir) / f"{split}.jsonl")
+def _rl_values(recipe: Recipe) -> dict[str, Any]:
+    r = recipe.rl
+    return dict(
+        rl_init=r.init_from, num_generations=r.num_generations, token_level_loss=_token_level(r.loss_type),
+        clip_low=r.epsilon, clip_high=r.epsilon_high, kl_beta=r.beta, kl_type=r.kl_estimator,
+        normalize_rewards=_normalize(r.scale_rewards), overlong_filtering=r.mask_truncated_completions,
+        dynamic_sampling=r.dynamic_sampling.enabled,
+        max_gen_batches=max_gen_batches(r.dynamic_sampling.max_refill_rounds, r.dynamic_sampling.enabled),
+        overlong_shaping=r.overlong.enabled, overlong_buffer=r.overlong.buffer_length,
+        overlong_penalty=r.overlong.penalty,
+    )
+
+
+def values_from_recipe(recipe: Recipe) -> NemoValues:
+    """Read the recipe once; raises ValueError (naming the recipe key) for a value NeMo-RL cannot express."""
+    m, d, g, lg = recipe.model, recipe.data, recipe.generation, recipe.logging
+    lora = m.lora
+    return NemoValues(
+        recipe_name=recipe.name, base_model=m.name_or_path,
+        min_pixels=m.min_pixels, max_pixels=m.max_pixels, freeze_vision=m.freeze_vision,
+        lora={"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout, "target_modules": list(lora.target_modules)}
+        if lora.enabled else None,
+        max_seq_len=recipe.vllm.max_model_len or RELEASED_GRPO["max_total_sequence_length"],
+        traces_dir=d.traces_dir, data_root=d.data_root, sft_split=d.sft_split, rl_split=d.rl_split,
+        eval_split=d.eval_split, max_examples=d.max_examples, seed=recipe.run.seed, output_dir=recipe.run.output_dir,
+        sft=_phase(recipe.sft), rl=_phase(recipe.rl), sft_assistant_only=recipe.sft.assistant_only_loss,
+        **_rl_values(recipe),
+        max_new_tokens=g.max_completion_length, temperature=g.temperature, top_p=g.top_p, top_k=g.top_k or None,
+        reward_weights=dict(recipe.reward.weights),
+        wandb="wandb" in lg.report_to, tensorboard="tensorboard" in lg.report_to,
+        wandb_project=lg.wandb_project, save_period=lg.save_steps, keep_top_k=lg.save_total_limit,
+    )

@@ -1,27 +1,26 @@
-"""The ``spatialiq`` section of a NeMo-RL config: which recipe and which traces the driver trains on.
+"""The ``spatialiq`` section of a NeMo-RL config, and the data plan both sides derive from the recipe it names.
 
-NeMo-RL's ``MasterConfig`` keeps unknown top-level sections (``extra="allow"``) and saves the whole config in every
-checkpoint's ``config.yaml``, so the section travels with the run. It is validated here (unknown keys are errors,
-unlike anywhere else in a NeMo-RL config):
+`spatialiq recipes nemo-rl` writes the section; `spatialiq nemo rl|sft` reads it. It names the recipe and its
+overrides, so the driver rebuilds exactly the recipe the config was generated from:
 
 ```yaml
 spatialiq:
-  recipe: recipes/dapo_tight_32b.yaml   # or a shipped recipe name: pixel budget, reward weights, data defaults
-  recipe_overrides: []                  # dotted recipe overrides, as on `spatialiq train` command lines
-  traces_dir: null                      # default: the recipe's data.traces_dir
-  data_root: null                       # default: the recipe's data.data_root
-  train_split: null                     # default: data.rl_split (nemo rl) or data.sft_split (nemo sft)
-  val_split: null                       # default: data.eval_split; validation: false turns validation off
-  validation: true
-  max_examples: null                    # default: the recipe's data.max_examples
-  phase: null                           # written by the driver (sft or rl); must match the command if set
+  recipe: dapo_tight_32b                # a shipped recipe name, or an absolute recipe path
+  recipe_overrides: [data.traces_dir=/lustre/siq/traces/cot, run.output_dir=/lustre/runs/dapo_32b]
+  phase: rl                             # the command this config is for: `spatialiq nemo rl`
 ```
+
+NeMo-RL's ``MasterConfig`` keeps unknown top-level sections (``extra="allow"``) and saves the whole config in every
+checkpoint's ``config.yaml``, so the section travels with the run (the resume guard reads it). Unknown keys in it
+are errors. Everything else the driver uses (traces, image root, pixel budget, rewards) comes from the recipe through
+:class:`DataPlan`, and the config's data and environment entries must equal what the recipe gives
+(:mod:`spatialiq_train.nemo.contract`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -29,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from spatialiq_train.errors import UserError
 
 SECTION = "spatialiq"
+Phase = Literal["sft", "rl"]
 
 
 class DriverSettings(BaseModel):
@@ -37,19 +37,16 @@ class DriverSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     recipe: str
+    """A shipped recipe name or a recipe path (the generator writes files as absolute paths)."""
     recipe_overrides: list[str] = Field(default_factory=list)
-    traces_dir: str | None = None
-    data_root: str | None = None
-    train_split: str | None = None
-    val_split: str | None = None
-    validation: bool = True
-    max_examples: int | None = Field(None, gt=0)
-    phase: Literal["sft", "rl"] | None = None
+    """Dotted recipe overrides, as `--set` gave them to `spatialiq recipes nemo-rl`."""
+    phase: Phase
+    """The command this config is for (`spatialiq nemo rl` or `spatialiq nemo sft`)."""
 
 
 @dataclass(frozen=True)
 class DataPlan:
-    """What the driver reads and how: the recipe's budget and rewards, the traces and splits."""
+    """What the driver reads and how: the traces, splits, image root, pixel budget and rewards of the recipe."""
 
     recipe: str
     traces_dir: str
@@ -61,17 +58,28 @@ class DataPlan:
     max_pixels: int
     reward_weights: dict[str, float]
 
+    def traces_file(self, split: str) -> str:
+        """The traces JSONL of one split (`spatialiq traces` writes train/val/warmup/rl.jsonl)."""
+        return str(PurePosixPath(self.traces_dir) / f"{split}.jsonl")
+
     def dataset_name(self, split: str) -> str:
         """The name NeMo-RL records for a split (its resume guard compares it with the checkpoint's)."""
-        return f"spatialiq:{Path(self.traces_dir) / f'{split}.jsonl'}"
+        return f"{SECTION}:{self.traces_file(split)}"
+
+
+def recipe_reference(recipe: str | Path) -> str:
+    """How the section names a recipe: an existing file as its absolute path (the driver may run from another
+    folder), anything else (a shipped recipe name) as given."""
+    path = Path(recipe)
+    return str(path.resolve()) if path.is_file() else str(recipe)
 
 
 def read_settings(config: dict[str, Any], source: Path) -> DriverSettings:
     """The section of a resolved config, or a UserError naming the file and the bad key."""
     section = config.get(SECTION)
     if section is None:
-        raise UserError(f"{source}: no '{SECTION}' section (recipe, traces); generate the config with "
-                        "`spatialiq recipes nemo-rl` or add one (see spatialiq_train/nemo/settings.py)")
+        raise UserError(f"{source}: no '{SECTION}' section (recipe, recipe_overrides, phase); generate the config "
+                        "with `spatialiq recipes nemo-rl`")
     if not isinstance(section, dict):
         raise UserError(f"{source}: '{SECTION}' must be a mapping, got {type(section).__name__}")
     try:
@@ -97,25 +105,3 @@ def load_recipe_checked(recipe: str | Path, overrides: list[str] | None = None, 
         except ValueError as exc:
             raise UserError(f"{what} {recipe}: reward.weights.{name}: {exc}") from None
     return rec
-
-
-def plan_data(settings: DriverSettings, phase: Literal["sft", "rl"]) -> DataPlan:
-    """Settings over the recipe's defaults; the recipe's reward names are checked against the registry."""
-    if settings.phase is not None and settings.phase != phase:
-        raise UserError(f"{SECTION}.phase is {settings.phase!r}: this config is for `spatialiq nemo "
-                        f"{settings.phase}`, not `spatialiq nemo {phase}`")
-    recipe = load_recipe_checked(settings.recipe, settings.recipe_overrides, what=f"{SECTION}.recipe")
-    data = recipe.data
-    default_split = data.rl_split if phase == "rl" else data.sft_split
-    val = (settings.val_split or data.eval_split) if settings.validation else None
-    return DataPlan(
-        recipe=settings.recipe,
-        traces_dir=settings.traces_dir or data.traces_dir,
-        data_root=settings.data_root or data.data_root,
-        train_split=settings.train_split or default_split,
-        val_split=val,
-        max_examples=settings.max_examples or data.max_examples,
-        min_pixels=recipe.model.min_pixels,
-        max_pixels=recipe.model.max_pixels,
-        reward_weights=dict(recipe.reward.weights),
-    )
