@@ -93,3 +93,26 @@ def test_read_metrics_skips_a_torn_last_line(tmp_path: Path) -> None:
     f.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
     assert [r["step"] for r in read_metrics(f)] == [1, 2]
     assert read_metrics(tmp_path / "none.jsonl") == []
+
+
+def test_rl_images_reach_trainer_and_vllm_at_one_token_count(tmp_path: Path) -> None:
+    """A 512x512 view: the trainer's processor (recipe budget) and vLLM's (the checkpoint's Qwen defaults) would
+    count 256 and 324 image tokens on the raw image; on the pre-resized image both count 256."""
+    from PIL import Image
+
+    from spatialiq_train.processor import tokens_for
+    from spatialiq_train.train.data import with_pixel_budget
+
+    traces = write_traces(tmp_path, "rl", 2, np.random.default_rng(0), answer=lambda i: i)
+    for png in (tmp_path / "img").glob("*.png"):
+        Image.new("RGB", (512, 512), (9, 99, 199)).save(png)
+    recipe_budget, qwen_defaults = (3136, 200_704), (3136, 12_845_056)
+    raw = load_split(traces, "rl", tmp_path, "rl")
+    assert raw[0]["images"][0].size == (512, 512)
+    assert (tokens_for(512, 512, *recipe_budget), tokens_for(512, 512, *qwen_defaults)) == (256, 324)
+    fitted = with_pixel_budget(raw, *recipe_budget)
+    rows = [fitted[i] for i in range(len(fitted))]
+    assert all(r["images"][0].size == (448, 448) for r in rows) and rows[1]["answer"] == 1
+    w, h = rows[0]["images"][0].size
+    assert tokens_for(h, w, *recipe_budget) == tokens_for(h, w, *qwen_defaults) == 256
+    assert fitted.column_names == raw.column_names and len(fitted) == len(raw)

@@ -135,3 +135,25 @@ def examples_to_dataset(examples: list[dict[str, Any]]) -> Any:
         list_type = getattr(datasets, "List", None) or datasets.Sequence
         ds = ds.cast_column("images", list_type(datasets.Image()))
     return ds
+
+
+def with_pixel_budget(dataset: Any, min_pixels: int, max_pixels: int) -> Any:
+    """``dataset`` whose images come out already resized to the processor's target size for this budget.
+
+    GRPO's colocated vLLM re-processes raw images with the checkpoint's own preprocessor defaults, while the
+    trainer tokenises with the recipe's budget; a 512x512 view is 256 image tokens on one side and 324 on the other.
+    An image already at the target size (sides multiples of 28 inside the budget) is left as it is by both, so both
+    count the same tokens. Lazy (``with_transform``): nothing is decoded or stored until a row is read.
+    """
+    if not hasattr(dataset, "with_transform") or "images" not in getattr(dataset, "column_names", ()):
+        return dataset
+    from spatialiq_train.processor import check_budget, resize_to_budget
+
+    check_budget(min_pixels, max_pixels)
+
+    def fit(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        batch["images"] = [[resize_to_budget(im, min_pixels, max_pixels) for im in ims] if ims else ims
+                           for ims in batch["images"]]
+        return batch
+
+    return dataset.with_transform(fit)
