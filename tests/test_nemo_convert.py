@@ -108,3 +108,18 @@ def test_dcp_checkpoint_converts_through_nemo_rl(tmp_path: Path) -> None:
     dcp.save(state, checkpoint_id=str(weights / "model"))
     out = convert(step, tmp_path / "hf", "tiny_cpu")
     assert (out / "model.safetensors.index.json").is_file() and (out / "preprocessor_config.json").is_file()
+
+
+def test_a_converted_checkpoint_releases(tmp_path: Path) -> None:
+    """`spatialiq release --run` takes a converted NeMo-RL checkpoint as it takes a TRL run folder."""
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    one_thread()
+    out = convert(_step(tmp_path / "ckpt", 4), tmp_path / "hf", "tiny_cpu")
+    res = CliRunner().invoke(app, ["release", "--run", str(out), "--out", str(tmp_path / "release")])
+    assert res.exit_code == 0, res.output
+    card = (tmp_path / "release" / "README.md").read_text()
+    assert "tiny_cpu" in card and "Not evaluated" in card
+    assert CliRunner().invoke(app, ["release", "--verify", str(tmp_path / "release")]).exit_code == 0
