@@ -123,3 +123,21 @@ def test_a_converted_checkpoint_releases(tmp_path: Path) -> None:
     card = (tmp_path / "release" / "README.md").read_text()
     assert "tiny_cpu" in card and "Not evaluated" in card
     assert CliRunner().invoke(app, ["release", "--verify", str(tmp_path / "release")]).exit_code == 0
+
+
+def test_convert_takes_the_recipe_the_run_saved(tmp_path: Path) -> None:
+    """Without --recipe, the step's `spatialiq` section (recipe and overrides) decides the processor budget."""
+    from spatialiq_train.processor import budget_of, load_processor
+
+    one_thread()
+    step = _step(tmp_path / "ckpt", 5)
+    config = yaml.safe_load((step / "config.yaml").read_text())
+    config["spatialiq"]["recipe_overrides"] = ["model.max_pixels=50176"]
+    (step / "config.yaml").write_text(yaml.safe_dump(config))
+    out = convert(step, tmp_path / "hf")
+    assert budget_of(load_processor(out)) == (3136, 50176)
+    assert "max_pixels: 50176" in (out / "training_recipe.yaml").read_text()
+    del config["spatialiq"]
+    (step / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ConvertError, match="no spatialiq.recipe.*pass --recipe"):
+        convert(step, tmp_path / "hf2")

@@ -38,7 +38,8 @@ def convert_cmd(
     checkpoint: Path = typer.Option(..., "--checkpoint", help="A NeMo-RL step_N folder, or the checkpoint_dir "
                                     "(its newest step_N is converted)."),
     out: Path = typer.Option(..., "--out", help="New Hugging Face checkpoint folder."),
-    recipe: Path = typer.Option(..., "--recipe", "-r", help="The run's recipe (pixel budget of the processor)."),
+    recipe: Path | None = typer.Option(None, "--recipe", "-r", help="The run's recipe (pixel budget of the "
+                                       "processor); default: the one saved in the checkpoint's spatialiq section."),
 ) -> None:
     """A NeMo-RL checkpoint -> a Hugging Face checkpoint with processor and chat template (eval, release)."""
     from spatialiq_train.nemo.convert import convert

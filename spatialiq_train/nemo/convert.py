@@ -170,8 +170,24 @@ def processor_source(step: Path, step_config: dict[str, Any]) -> str:
     return str((step_config["policy"].get("tokenizer") or {}).get("name") or step_config["policy"]["model_name"])
 
 
-def convert(checkpoint: str | Path, out: str | Path, recipe: str | Path) -> Path:
-    """Convert, check and move into place; returns ``out``. An existing ``out`` is refused."""
+def step_recipe(step_config: dict[str, Any], step: Path) -> tuple[str, list[str]]:
+    """(recipe, overrides) the run was generated from: the ``spatialiq`` section NeMo-RL saved with the step."""
+    section = step_config.get("spatialiq")
+    if not isinstance(section, dict) or not section.get("recipe"):
+        raise ConvertError(f"{step / 'config.yaml'}: no spatialiq.recipe (a run not started by `spatialiq nemo`); "
+                           "pass --recipe")
+    overrides = section.get("recipe_overrides") or []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise ConvertError(f"{step / 'config.yaml'}: spatialiq.recipe_overrides must be a list of KEY=VALUE strings")
+    return str(section["recipe"]), overrides
+
+
+def convert(checkpoint: str | Path, out: str | Path, recipe: str | Path | None = None) -> Path:
+    """Convert, check and move into place; returns ``out``. An existing ``out`` is refused.
+
+    ``recipe`` defaults to the one the run was generated from (the step's saved ``spatialiq`` section, with its
+    overrides); a given ``recipe`` is taken as it is.
+    """
     from spatialiq_train.io import atomic_write_text
     from spatialiq_train.nemo.settings import load_recipe_checked
     from spatialiq_train.processor import budget_of
@@ -181,9 +197,13 @@ def convert(checkpoint: str | Path, out: str | Path, recipe: str | Path) -> Path
     out = Path(out)
     if out.exists():
         raise ConvertError(f"--out {out}: already exists; choose a new folder")
-    rec = load_recipe_checked(recipe, what="--recipe")
     step = find_step(Path(checkpoint))
     step_config = read_step_config(step)
+    if recipe is None:
+        name, overrides = step_recipe(step_config, step)
+        rec = load_recipe_checked(name, overrides, what=f"{step / 'config.yaml'}: spatialiq.recipe")
+    else:
+        rec = load_recipe_checked(recipe, what="--recipe")
     kind, weights = locate_weights(step)
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
