@@ -30,7 +30,8 @@ def _have_nemo_rl() -> bool:
         return False
 
 
-NEMO_RL_GIT = Path(os.environ.get("NEMO_RL_GIT_DIR", "/work/.mirror/NVIDIA-NeMo+RL/repo"))
+NEMO_RL_GIT = Path(os.environ.get("NEMO_RL_GIT_DIR", "nemo-rl-git-dir-not-set"))
+"""A NeMo-RL git dir (or checkout) to regenerate the key list from: set NEMO_RL_GIT_DIR to run that test."""
 
 
 # --- the key file and the check -------------------------------------------------------------------------------
@@ -151,7 +152,7 @@ def test_tool_extracts_types_and_yaml(tmp_path):
     assert not {"extra", "grpo.batch_multiplier", "policy.dtensor_cfg.size"} & req  # default / NotRequired / union
 
 
-@pytest.mark.skipif(not (NEMO_RL_GIT / "HEAD").exists(), reason=f"no NeMo-RL git mirror at {NEMO_RL_GIT}")
+@pytest.mark.skipif(not (NEMO_RL_GIT / "HEAD").exists(), reason="set NEMO_RL_GIT_DIR to a NeMo-RL git dir to regenerate the key list")
 def test_shipped_key_file_regenerates_from_v0_7_0(tmp_path):
     out = tmp_path / "keys.json"
     subprocess.run([sys.executable, str(ROOT / "tools" / "nemo_rl_keys.py"), str(NEMO_RL_GIT), "--ref", "v0.7.0",
