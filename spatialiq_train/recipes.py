@@ -160,15 +160,23 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     out: dict[str, Any] = yaml.safe_load(yaml.safe_dump(data)) if data else {}
     for text in overrides:
         parts, value = parse_override(text)
-        node = out
-        for i, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise RecipeError(f"override {text!r}: '{'.'.join(parts[: i + 1])}' is a value, not a section")
-            node = child
-        node[parts[-1]] = value
-        _drop_other_spelling(out, parts)
+        set_key(out, parts, value, f"override {text!r}")
     return out
+
+
+def set_key(data: dict[str, Any], parts: list[str], value: Any, what: str) -> None:
+    """Set the key path ``parts`` of ``data`` to an already parsed ``value``, in place: sections are created as
+    needed, the key's whole value is replaced, and the other spelling of an optimizer key is dropped
+    (``rl.learning_rate`` replaces ``rl.optimizer.learning_rate``, and the reverse). ``what`` names the setting
+    in the RecipeError raised when a section on the path is a value."""
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise RecipeError(f"{what}: '{'.'.join(parts[: i + 1])}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+    _drop_other_spelling(data, parts)
 
 
 def canonical_key(key: str) -> str:
@@ -177,11 +185,6 @@ def canonical_key(key: str) -> str:
     if len(parts) == 2 and parts[0] in ("sft", "rl") and parts[1] in OPTIMIZER_KEYS:
         return f"{parts[0]}.optimizer.{parts[1]}"
     return key
-
-
-def drop_other_spelling(data: dict[str, Any], key: str) -> None:
-    """After setting ``key`` in ``data``, remove the other spelling of the same optimizer key (in place)."""
-    _drop_other_spelling(data, key.split("."))
 
 
 def _drop_other_spelling(data: dict[str, Any], parts: list[str]) -> None:

@@ -169,3 +169,14 @@ def test_slurm_sweep_dry_run_prints_one_task_per_variant(tmp_path: Path) -> None
     if shutil.which("shellcheck"):
         lint = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
         assert lint.returncode == 0, lint.stdout
+
+
+@pytest.mark.parametrize(("base", "varied"), [("rl.optimizer.learning_rate", "rl.learning_rate"),
+                                              ("rl.learning_rate", "rl.optimizer.learning_rate")])
+def test_a_varied_optimizer_key_wins_over_either_spelling_in_the_base(tmp_path: Path, base: str, varied: str) -> None:
+    """--vary sets a key as --set does (recipes.set_key): the other spelling of an optimizer key is dropped."""
+    sweep = plan_sweep("tiny_cpu", [f"{base}=5.0e-6"], [parse_vary(f"{varied}=[1.0e-6, 2.0e-6]")], tmp_path,
+                       EvalSettings("d"))
+    rates = [load_recipe(tmp_path / v.recipe_file).rl.optimizer.learning_rate for v in sweep.variants]
+    assert rates == [1e-6, 2e-6]
+    assert [v.values[varied] for v in sweep.variants] == [1e-6, 2e-6]

@@ -16,6 +16,7 @@ not merged). A variant is named ``<hash>-<label>``: the first 8 hex digits of th
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import re
@@ -31,10 +32,10 @@ from spatialiq_train.recipes import (
     Recipe,
     RecipeError,
     canonical_key,
-    drop_other_spelling,
     load_recipe,
     recipe_from_dict,
     recipe_to_yaml,
+    set_key,
 )
 
 SWEEP_FILE = "sweep.yaml"
@@ -103,21 +104,6 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
     return key, values
 
 
-def set_key(data: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
-    """A copy of ``data`` with the dotted ``key`` set to ``value`` (its whole value replaced)."""
-    out: dict[str, Any] = yaml.safe_load(yaml.safe_dump(data))
-    node = out
-    parts = key.split(".")
-    for i, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise UserError(f"--vary {key}: '{'.'.join(parts[: i + 1])}' is a value, not a recipe section")
-        node = child
-    node[parts[-1]] = value
-    drop_other_spelling(out, key)  # rl.learning_rate replaces rl.optimizer.learning_rate, as an override does
-    return out
-
-
 def get_key(data: dict[str, Any], key: str) -> Any:
     """The value at a dotted ``key`` of nested mappings (None where absent)."""
     node: Any = data
@@ -168,9 +154,9 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
     out: list[tuple[Variant, Recipe]] = []
     for combo in itertools.product(*(vals for _, vals in varies)):
         values = dict(zip(keys, combo, strict=True))
-        data = base
-        for key, value in values.items():
-            data = set_key(data, key, value)
+        data = copy.deepcopy(base)
+        for key, value in values.items():  # the whole value replaced, as an override sets it
+            set_key(data, key.split("."), value, f"--vary {key}")
         where = f"{source} with " + ", ".join(f"{k}={v!r}" for k, v in values.items())
         try:
             recipe = recipe_from_dict(data, source=where)
