@@ -37,19 +37,21 @@ def _num(x: Any, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub markdown table of already formatted cells."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
 
-def _figure_png(fig: Any) -> bytes:
+def figure_png(fig: Any, dpi: int = 110) -> bytes:
+    """A matplotlib figure as PNG bytes; the figure is closed."""
     import io
 
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
 
@@ -79,7 +81,7 @@ def plot_summation(metrics: list[dict[str, Any]]) -> bytes:
         ax.set_xticks([0, 1], ["H correct", "H wrong"])
         ax.set_yticks([0, 1], ["V correct", "V wrong"])
         ax.set_title(m["name"], fontsize=9)
-    return _figure_png(fig)
+    return figure_png(fig)
 
 
 def plot_breakdowns(metrics: list[dict[str, Any]], panels: Sequence[tuple[str, str]]) -> bytes:
@@ -111,7 +113,7 @@ def plot_breakdowns(metrics: list[dict[str, Any]], panels: Sequence[tuple[str, s
         ax.set_ylim(0, 1)
         ax.set_title(f"Object Counting by {title}", fontsize=9)
     axes[0][0].legend(fontsize=7)
-    return _figure_png(fig)
+    return figure_png(fig)
 
 
 def plot_pass_curve(metrics: list[dict[str, Any]]) -> bytes:
@@ -135,7 +137,7 @@ def plot_pass_curve(metrics: list[dict[str, Any]]) -> bytes:
     ax.set_ylabel("Object Counting accuracy")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=6)
-    return _figure_png(fig)
+    return figure_png(fig)
 
 
 def _with_n(value: Any, n: Any) -> str:
@@ -148,7 +150,7 @@ def markdown(metrics: list[dict[str, Any]]) -> str:
     parts += [f"> **{m['name']}**: {m['note']}" for m in metrics if m.get("note")]
     parts += ["", "## Summary columns (first sample)", ""] if any(m.get("note") for m in metrics) else \
         ["## Summary columns (first sample)", ""]
-    parts.append(_table(["responder", "convention", *SUMMARY_COLUMNS],
+    parts.append(markdown_table(["responder", "convention", *SUMMARY_COLUMNS],
                         [[m["name"], m.get("convention", "")] + [_num(m["summary"].get(c)) for c in SUMMARY_COLUMNS]
                          for m in metrics]))
     parts += ["", "## Object Counting under sampling", ""]
@@ -162,7 +164,7 @@ def markdown(metrics: list[dict[str, Any]]) -> str:
                      _with_n(oc.get(f"pass@{k}"), n.get(f"pass@{k}")),
                      f"{counts.get('scenes_covered', '?')}/{m.get('scenes', '?')}",
                      str(counts.get("unparseable", "")), str(counts.get("absent", ""))])
-    parts.append(_table(["responder", "k", "acc@1", "maj@k", "selected@k (self-consistent)", "pass@k",
+    parts.append(markdown_table(["responder", "k", "acc@1", "maj@k", "selected@k (self-consistent)", "pass@k",
                          "scenes answered", "unparseable", "absent"], rows))
     rule = metrics[0]["object_counting"].get("majority_rule")
     if rule:
@@ -170,14 +172,14 @@ def markdown(metrics: list[dict[str, Any]]) -> str:
     audits = [m for m in metrics if "faithfulness" in m]
     if audits:
         parts += ["", "## Trace faithfulness (all samples)", ""]
-        parts.append(_table(["responder", "shortcut rate", "self-consistency rate", "traces"],
+        parts.append(markdown_table(["responder", "shortcut rate", "self-consistency rate", "traces"],
                             [[m["name"], _num(m["faithfulness"]["all_samples"]["shortcut_rate"]),
                               _num(m["faithfulness"]["all_samples"]["self_consistency_rate"]),
                               str(m["faithfulness"]["all_samples"]["traces"])] for m in audits]))
         parts += ["", f"Shortcut: {audits[0]['faithfulness']['shortcut_rule']}."]
     tasks = [t for t in metrics[0]["per_task"]]
     parts += ["", "## Per-task accuracy (first sample, Wilson 95%)", ""]
-    parts.append(_table(["responder", *tasks], [
+    parts.append(markdown_table(["responder", *tasks], [
         [m["name"]] + [f"{_with_n(m['per_task'][t]['accuracy'], m['per_task'][t].get('n'))} "
                        f"[{_num(m['per_task'][t]['ci_low_wilson'])}, {_num(m['per_task'][t]['ci_high_wilson'])}]"
                        if t in m["per_task"] else "n/a"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from eval.report import figure_png, markdown_table
 from spatialiq_train.io import atomic_write_bytes, atomic_write_text
 from spatialiq_train.lab.probes import PROBES
 
@@ -22,6 +23,7 @@ PLOTS: tuple[tuple[str, str], ...] = (
 )
 MAX_ERROR_BIN = 10
 """Absolute errors above this are pooled into one ``10+`` bin in the error plot."""
+PNG_DPI = 100
 
 
 def _num(value: Any) -> str:
@@ -31,20 +33,8 @@ def _num(value: Any) -> str:
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_num(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _png(fig: Any) -> bytes:
-    import io
-
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
+    """:func:`eval.report.markdown_table` of ``rows`` with floats to 3 decimals and NaN as ``n/a``."""
+    return markdown_table(header, [[_num(v) for v in row] for row in rows])
 
 
 def _axes(n: int) -> tuple[Any, Any]:
@@ -70,7 +60,7 @@ def plot_by_correctness(result: Analysis) -> bytes:
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("reward")
         ax.legend(fontsize=7)
-    return _png(fig)
+    return figure_png(fig, dpi=PNG_DPI)
 
 
 def error_bins(abs_error: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +82,7 @@ def plot_vs_error(result: Analysis) -> bytes:
     ax.set_xlabel(f"|answer - truth| ({MAX_ERROR_BIN} = {MAX_ERROR_BIN} or more)")
     ax.set_ylabel("mean reward")
     ax.legend(fontsize=7)
-    return _png(fig)
+    return figure_png(fig, dpi=PNG_DPI)
 
 
 def plot_zero_variance(result: Analysis) -> bytes:
@@ -103,7 +93,7 @@ def plot_zero_variance(result: Analysis) -> bytes:
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of views with zero reward variance")
     ax.invert_yaxis()
-    return _png(fig)
+    return figure_png(fig, dpi=PNG_DPI)
 
 
 def markdown(result: Analysis, meta: dict[str, object]) -> str:

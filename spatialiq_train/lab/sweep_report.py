@@ -118,7 +118,8 @@ def plot_curves(logs: dict[str, list[dict[str, Any]]]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from spatialiq_train.lab.report import _png
+    from eval.report import figure_png
+    from spatialiq_train.lab.report import PNG_DPI
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
     for ax, keys, title in ((axes[0], REWARD_KEYS, "RL reward mean"), (axes[1], VALIDATION_KEYS,
@@ -133,7 +134,7 @@ def plot_curves(logs: dict[str, list[dict[str, Any]]]) -> bytes:
         ax.set_xlabel("RL step")
         if drawn:
             ax.legend(fontsize=7)
-    return _png(fig)
+    return figure_png(fig, dpi=PNG_DPI)
 
 
 def write_sweep_report(sweep: Sweep, out: str | Path) -> Path:
