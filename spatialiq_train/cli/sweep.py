@@ -34,15 +34,10 @@ def plan(
 ) -> None:
     """Write one resolved recipe per variant and the sweep.yaml index."""
     from spatialiq_train.lab.sweep import EvalSettings, parse_vary, plan_sweep
-    from spatialiq_train.recipes import RecipeError, load_recipe
+    from spatialiq_train.recipes import load_recipe
 
     varies = [parse_vary(v) for v in vary]
-    try:
-        base = load_recipe(recipe, list(overrides or []))
-    except RecipeError as exc:
-        from spatialiq_train.errors import UserError
-
-        raise UserError(str(exc)) from None
+    base = load_recipe(recipe, list(overrides or []))
     settings = EvalSettings(eval_data or base.data.data_root, eval_split or base.data.eval_split or "benchmark",
                             engine, limit, min_coverage)
     sweep = plan_sweep(recipe, list(overrides or []), varies, out, settings)

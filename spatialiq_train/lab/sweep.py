@@ -30,7 +30,6 @@ from spatialiq_train.errors import UserError
 from spatialiq_train.io import atomic_write_json, atomic_write_text
 from spatialiq_train.recipes import (
     Recipe,
-    RecipeError,
     canonical_key,
     load_recipe,
     recipe_from_dict,
@@ -134,20 +133,11 @@ def recipe_hash(recipe: Recipe) -> str:
     return hashlib.sha256(yaml.safe_dump(data, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def check_rewards(recipe: Recipe, source: str) -> None:
-    """Every ``reward.weights`` name must be a registered reward (as ``spatialiq run`` checks)."""
-    from reward.registry import get_reward
-
-    for name in recipe.reward.weights:
-        try:
-            get_reward(name)
-        except ValueError as exc:
-            raise UserError(f"{source}: reward.weights.{name}: {exc}") from None
-
-
 def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], source: str
                      ) -> list[tuple[Variant, Recipe]]:
     """Every combination of the varied values as a validated recipe and its name (pure apart from the registry)."""
+    from spatialiq_train.train.preflight import check_reward_names
+
     keys = [k for k, _ in varies]
     if len(set(keys)) != len(keys):
         raise UserError(f"--vary: a key is varied twice ({', '.join(keys)})")
@@ -158,11 +148,8 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
         for key, value in values.items():  # the whole value replaced, as an override sets it
             set_key(data, key.split("."), value, f"--vary {key}")
         where = f"{source} with " + ", ".join(f"{k}={v!r}" for k, v in values.items())
-        try:
-            recipe = recipe_from_dict(data, source=where)
-        except RecipeError as exc:
-            raise UserError(str(exc)) from None
-        check_rewards(recipe, where)
+        recipe = recipe_from_dict(data, source=where)
+        check_reward_names(recipe, where, import_modules=True)  # as `spatialiq run` checks them
         dumped = recipe.model_dump(mode="json")
         values = {k: get_key(dumped, canonical_key(k)) for k in keys}  # as validated ('1e-6' -> 1e-06)
         label = label_of(values)
@@ -176,10 +163,7 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
 def plan_sweep(recipe_path: str, overrides: list[str], varies: list[tuple[str, list[Any]]], out: Path,
                settings: EvalSettings) -> Sweep:
     """Write SWEEP/variants/*.yaml and SWEEP/sweep.yaml; refuse to overwrite a different plan."""
-    try:
-        base = load_recipe(recipe_path, overrides)
-    except RecipeError as exc:
-        raise UserError(str(exc)) from None
+    base = load_recipe(recipe_path, overrides)
     resolved = resolve_variants(base.model_dump(mode="json"), varies, recipe_path)
     sweep = Sweep(out, str(recipe_path), [k for k, _ in varies], [v for v, _ in resolved], settings)
     index = sweep_yaml(sweep)
