@@ -180,3 +180,14 @@ def test_a_varied_optimizer_key_wins_over_either_spelling_in_the_base(tmp_path: 
     rates = [load_recipe(tmp_path / v.recipe_file).rl.optimizer.learning_rate for v in sweep.variants]
     assert rates == [1e-6, 2e-6]
     assert [v.values[varied] for v in sweep.variants] == [1e-6, 2e-6]
+
+
+def test_evaluation_data_defaults_to_the_recipe(tmp_path: Path) -> None:
+    vary = [parse_vary("rl.beta=[0.0, 0.05]")]
+    sweep = plan_sweep("tiny_cpu", ["data.data_root=dr", "data.eval_split=val"], vary, tmp_path / "a", EvalSettings())
+    assert (sweep.eval.data, sweep.eval.split) == ("dr", "val")
+    assert load_sweep(tmp_path / "a").eval == sweep.eval
+    sweep = plan_sweep("tiny_cpu", ["data.eval_split=null"], vary, tmp_path / "b", EvalSettings("d", None))
+    assert (sweep.eval.data, sweep.eval.split) == ("d", "benchmark")
+    sweep = plan_sweep("tiny_cpu", [], vary, tmp_path / "c", EvalSettings("d", "train"))
+    assert sweep.eval.split == "train"

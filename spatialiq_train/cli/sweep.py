@@ -34,12 +34,9 @@ def plan(
 ) -> None:
     """Write one resolved recipe per variant and the sweep.yaml index."""
     from spatialiq_train.lab.sweep import EvalSettings, parse_vary, plan_sweep
-    from spatialiq_train.recipes import load_recipe
 
     varies = [parse_vary(v) for v in vary]
-    base = load_recipe(recipe, list(overrides or []))
-    settings = EvalSettings(eval_data or base.data.data_root, eval_split or base.data.eval_split or "benchmark",
-                            engine, limit, min_coverage)
+    settings = EvalSettings(eval_data, eval_split, engine, limit, min_coverage)
     sweep = plan_sweep(recipe, list(overrides or []), varies, out, settings)
     for v in sweep.variants:
         typer.echo(f"{v.name}  {out / v.recipe_file}")

@@ -20,7 +20,7 @@ import copy
 import hashlib
 import itertools
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,13 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """How every variant is evaluated after training (sample settings k, temperature ... come from its recipe)."""
+    """How every variant is evaluated after training (sample settings k, temperature ... come from its recipe).
 
-    data: str
-    split: str = "benchmark"
+    :func:`plan_sweep` fills ``data`` and ``split`` left None from the base recipe: ``data.data_root``, and
+    ``data.eval_split`` else ``benchmark``."""
+
+    data: str | None = None
+    split: str | None = None
     engine: str = "auto"
     limit: int | None = None
     min_coverage: float = 0.9
@@ -164,6 +167,8 @@ def plan_sweep(recipe_path: str, overrides: list[str], varies: list[tuple[str, l
                settings: EvalSettings) -> Sweep:
     """Write SWEEP/variants/*.yaml and SWEEP/sweep.yaml; refuse to overwrite a different plan."""
     base = load_recipe(recipe_path, overrides)
+    settings = replace(settings, data=settings.data or base.data.data_root,
+                       split=settings.split or base.data.eval_split or "benchmark")
     resolved = resolve_variants(base.model_dump(mode="json"), varies, recipe_path)
     sweep = Sweep(out, str(recipe_path), [k for k, _ in varies], [v for v, _ in resolved], settings)
     index = sweep_yaml(sweep)
