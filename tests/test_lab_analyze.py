@@ -146,4 +146,6 @@ def test_bad_reward_name_and_unmatched_views_are_one_line_errors(tmp_path: Path)
     assert res.exit_code == 2 and "unknown reward 'nope'" in res.output
     res = CliRunner().invoke(app, [*base, "--rewards", "default"])
     assert res.exit_code == 2 and "no Object Counting (task_main) completion matches" in res.output
+    res = CliRunner().invoke(app, [*base, "--rewards", "default", "--k", "0"])
+    assert res.exit_code == 2 and "--k must be at least 1" in res.output
     assert not (tmp_path / "o").exists()

@@ -191,3 +191,26 @@ def test_evaluation_data_defaults_to_the_recipe(tmp_path: Path) -> None:
     assert (sweep.eval.data, sweep.eval.split) == ("d", "benchmark")
     sweep = plan_sweep("tiny_cpu", [], vary, tmp_path / "c", EvalSettings("d", "train"))
     assert sweep.eval.split == "train"
+
+
+def test_plan_refuses_evaluation_options_before_anything_trains(tmp_path: Path) -> None:
+    vary = [parse_vary("rl.beta=[0.0, 0.05]")]
+    for settings, said in ((EvalSettings("d", engine="vlm"), "--engine 'vlm': valid: auto, vllm, transformers"),
+                           (EvalSettings("d", limit=0), "--eval-limit 0: give 1 or more"),
+                           (EvalSettings("d", min_coverage=1.5), "--min-coverage 1.5: give a share between 0 and 1")):
+        with pytest.raises(UserError, match=said):
+            plan_sweep("tiny_cpu", [], vary, tmp_path, settings)
+    with pytest.raises(UserError, match="a key is varied twice"):  # two spellings of one optimizer key
+        plan_sweep("tiny_cpu", [], [parse_vary("rl.learning_rate=[1, 2]"),
+                                    parse_vary("rl.optimizer.learning_rate=[3]")], tmp_path, EvalSettings("d"))
+    assert not (tmp_path / "sweep.yaml").exists()
+
+
+def test_a_malformed_index_is_one_error_line(tmp_path: Path) -> None:
+    (tmp_path / "sweep.yaml").write_text("recipe: [\n")
+    with pytest.raises(UserError, match="not a sweep index") as err:
+        load_sweep(tmp_path)
+    assert "\n" not in str(err.value)
+    (tmp_path / "sweep.yaml").write_text("recipe: x\nvaried: []\neval: {data: d}\nvariants: [{name: a}]\n")
+    with pytest.raises(UserError, match="lacks the key 'label'"):
+        load_sweep(tmp_path)

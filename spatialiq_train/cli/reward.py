@@ -99,7 +99,6 @@ def analyze(
     from eval.completions import load_for_scoring
     from eval.scenes import find_scenes
     from eval.score import resolve_k
-    from spatialiq_train.errors import UserError
     from spatialiq_train.lab.analyze import analyze as run_analysis
     from spatialiq_train.lab.analyze import write_analysis
     from spatialiq_train.lab.scoring import parse_reward_list
@@ -107,6 +106,8 @@ def analyze(
 
     if parse not in ("official", "strict"):
         raise UserError(f"--parse must be official or strict, got {parse!r}")
+    if k is not None and k < 1:
+        raise UserError(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
     specs = parse_reward_list(rewards)
     records = load_for_scoring(completions)
     k = resolve_k(records, k, completions)

@@ -57,6 +57,22 @@ class EvalSettings:
     min_coverage: float = 0.9
 
 
+def check_settings(settings: EvalSettings) -> None:
+    """The evaluation options ``eval sample`` and ``eval score`` would refuse, refused at plan time (not after a
+    variant has trained); the UserError names the ``sweep plan`` option."""
+    from typing import get_args
+
+    from eval.engines import EngineName
+
+    engines = get_args(EngineName)
+    if settings.engine not in engines:
+        raise UserError(f"--engine {settings.engine!r}: valid: {', '.join(engines)}")
+    if settings.limit is not None and settings.limit < 1:
+        raise UserError(f"--eval-limit {settings.limit}: give 1 or more views (or leave it out to use every view)")
+    if not 0.0 <= settings.min_coverage <= 1.0:
+        raise UserError(f"--min-coverage {settings.min_coverage}: give a share between 0 and 1")
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -142,7 +158,7 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
     from spatialiq_train.train.preflight import check_reward_names
 
     keys = [k for k, _ in varies]
-    if len(set(keys)) != len(keys):
+    if len({canonical_key(k) for k in keys}) != len(keys):  # rl.learning_rate is rl.optimizer.learning_rate
         raise UserError(f"--vary: a key is varied twice ({', '.join(keys)})")
     out: list[tuple[Variant, Recipe]] = []
     for combo in itertools.product(*(vals for _, vals in varies)):
@@ -166,6 +182,7 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
 def plan_sweep(recipe_path: str, overrides: list[str], varies: list[tuple[str, list[Any]]], out: Path,
                settings: EvalSettings) -> Sweep:
     """Write SWEEP/variants/*.yaml and SWEEP/sweep.yaml; refuse to overwrite a different plan."""
+    check_settings(settings)
     base = load_recipe(recipe_path, overrides)
     settings = replace(settings, data=settings.data or base.data.data_root,
                        split=settings.split or base.data.eval_split or "benchmark")
@@ -199,7 +216,8 @@ def load_sweep(root: str | Path) -> Sweep:
         variants = [Variant(v["name"], v["label"], dict(v.get("values") or {})) for v in data["variants"]]
         return Sweep(root, str(data["recipe"]), list(data["varied"]), variants, EvalSettings(**data["eval"]))
     except (yaml.YAMLError, KeyError, TypeError) as exc:
-        raise UserError(f"{path}: not a sweep index written by `spatialiq sweep plan` ({exc})") from None
+        why = f"lacks the key {exc}" if isinstance(exc, KeyError) else " ".join(str(exc).split())
+        raise UserError(f"{path}: not a sweep index written by `spatialiq sweep plan` ({why})") from None
 
 
 def variant_steps(sweep: Sweep, variant: Variant) -> list[list[str]]:
