@@ -22,13 +22,11 @@ import numpy as np
 
 from eval.completions import Completion, Key
 from eval.scenes import Scene
+from eval.score import TRACE_TASKS
 from spatialiq_train.errors import UserError
 from spatialiq_train.parsing import ParsedTrace, ParseRule, trace_parser
-from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES
 
 log = logging.getLogger(__name__)
-
-SCORED_TASKS: tuple[str, ...] = tuple(COT_LINE_TASKS[n] for n in SCORED_COT_LINES)
 
 
 @dataclass(frozen=True)
@@ -66,10 +64,10 @@ def trace_facts(trace: ParsedTrace, gt: Mapping[str, object]) -> tuple[float, fl
     answer, truth = trace.answer, int(gt["task_main"])  # type: ignore[call-overload]
     correct = answer is not None and answer == truth
     abs_error = float(abs(answer - truth)) if answer is not None else float("nan")
-    lines_ok = sum(trace.tasks.get(t) is not None and trace.tasks.get(t) == gt.get(t) for t in SCORED_TASKS)
+    lines_ok = sum(trace.tasks.get(t) is not None and trace.tasks.get(t) == gt.get(t) for t in TRACE_TASKS)
     consistent = trace.self_consistent
     sc = float("nan") if consistent is None else float(consistent)
-    faithful = correct and lines_ok == len(SCORED_TASKS) and consistent is True
+    faithful = correct and lines_ok == len(TRACE_TASKS) and consistent is True
     return float(correct), abs_error, lines_ok, sc, faithful
 
 
