@@ -375,3 +375,15 @@ def test_generated_config_builds_nemo_rls_master_config(name, phase):
     master = MasterConfig(**cfg)
     assert master.cluster["num_nodes"] == cfg["cluster"]["num_nodes"]
     assert set(master.model_extra or {}) == {"spatialiq"}  # every other top-level key is a MasterConfig field
+
+
+def test_cli_refuses_a_directory_as_out_and_leaves_nothing_behind(tmp_path):
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    out = tmp_path / "cfg"
+    out.mkdir()
+    res = CliRunner().invoke(app, ["recipes", "nemo-rl", "dapo_tight_7b", "--out", str(out)])
+    assert res.exit_code == 2 and f"--out {out}: a directory" in res.output
+    assert list(tmp_path.iterdir()) == [out] and list(out.iterdir()) == []
