@@ -152,7 +152,8 @@ def test_tool_extracts_types_and_yaml(tmp_path):
     assert not {"extra", "grpo.batch_multiplier", "policy.dtensor_cfg.size"} & req  # default / NotRequired / union
 
 
-@pytest.mark.skipif(not (NEMO_RL_GIT / "HEAD").exists(), reason="set NEMO_RL_GIT_DIR to a NeMo-RL git dir to regenerate the key list")
+@pytest.mark.skipif(not (NEMO_RL_GIT / "HEAD").exists(),
+                    reason="set NEMO_RL_GIT_DIR to a NeMo-RL git dir to regenerate the key list")
 def test_shipped_key_file_regenerates_from_v0_7_0(tmp_path):
     out = tmp_path / "keys.json"
     subprocess.run([sys.executable, str(ROOT / "tools" / "nemo_rl_keys.py"), str(NEMO_RL_GIT), "--ref", "v0.7.0",
