@@ -388,3 +388,12 @@ def test_cli_refuses_a_directory_as_out_and_leaves_nothing_behind(tmp_path):
     res = CliRunner().invoke(app, ["recipes", "nemo-rl", "dapo_tight_7b", "--out", str(out)])
     assert res.exit_code == 2 and f"--out {out}: a directory" in res.output
     assert list(tmp_path.iterdir()) == [out] and list(out.iterdir()) == []
+
+
+def test_unknown_reward_names_are_refused_before_a_config_is_built():
+    from spatialiq_train.errors import UserError
+
+    with pytest.raises(UserError, match=r"recipe: tiny_cpu: reward\.weights\.nope: unknown reward 'nope'"):
+        build("tiny_cpu", "rl", 1, 4, overrides=["reward.weights={nope: 1}"])
+    with pytest.raises(UserError, match=r"reward\.weights\.no_such_mod:f: .*cannot import module 'no_such_mod'"):
+        build("tiny_cpu", "rl", 1, 4, overrides=["reward.weights={'no_such_mod:f': 1}"])
