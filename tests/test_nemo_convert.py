@@ -141,3 +141,17 @@ def test_convert_takes_the_recipe_the_run_saved(tmp_path: Path) -> None:
     (step / "config.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(ConvertError, match="no spatialiq.recipe.*pass --recipe"):
         convert(step, tmp_path / "hf2")
+
+
+def test_a_damaged_step_config_is_named_not_a_traceback(tmp_path: Path) -> None:
+    step = _step(tmp_path / "ckpt")
+    (step / "config.yaml").write_text("policy: [1,\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"step_3/config.yaml: not valid YAML \(while parsing"):
+        convert(step, tmp_path / "out")
+    (step / "config.yaml").write_text("- policy\n", encoding="utf-8")
+    with pytest.raises(UserError, match="config.yaml: a NeMo-RL run config is a YAML mapping, got list"):
+        convert(step, tmp_path / "out")
+    (step / "config.yaml").unlink()
+    with pytest.raises(UserError, match="config.yaml: missing"):
+        convert(step, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

@@ -145,6 +145,14 @@ def test_resume_logs_the_newest_step_and_refuses_another_recipe(tmp_path: Path, 
         driver.run("rl", _config(tmp_path), api=standin_api()[0])
 
 
+
+def test_resume_names_a_damaged_checkpoint_config(tmp_path: Path) -> None:
+    step = tmp_path / "nemo_rl" / "rl" / "checkpoints" / "step_4"
+    step.mkdir(parents=True)
+    (step / "config.yaml").write_text("spatialiq: {recipe: tiny_cpu\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"step_4/config.yaml: not valid YAML .*use an earlier step_N"):
+        driver.run("rl", _config(tmp_path), api=standin_api()[0])
+
 def _section(**changes: Any) -> Callable[[dict[str, Any]], None]:
     def edit(cfg: dict[str, Any]) -> None:
         for key, value in changes.items():
