@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import ValidationError
 
 from spatialiq_train.errors import UserError
@@ -134,10 +135,16 @@ def plan_for(settings: DriverSettings, phase: Phase, source: Path) -> DataPlan:
 def load_resolved(api: NemoApi, config_path: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
     """The YAML with NeMo-RL's inheritance and the Hydra overrides applied, resolved to plain containers."""
     path = Path(config_path)
+    if path.is_dir():
+        raise UserError(f"--config {path}: a directory; give the YAML file `spatialiq recipes nemo-rl` wrote in it")
     if not path.is_file():
         raise UserError(f"--config {path}: no such file (write one with `spatialiq recipes nemo-rl`)")
     api.register_omegaconf_resolvers()
-    cfg = api.load_config(str(path))
+    try:
+        cfg = api.load_config(str(path))
+    except yaml.YAMLError as exc:  # OmegaConf reads the file with PyYAML
+        raise UserError(f"--config {path}: not valid YAML ({' '.join(str(exc).split())}); regenerate it with "
+                        "`spatialiq recipes nemo-rl`") from None
     if overrides:
         try:
             cfg = api.parse_hydra_overrides(cfg, list(overrides))
