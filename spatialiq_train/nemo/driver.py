@@ -42,7 +42,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -54,11 +54,10 @@ from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, lo
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.runtime import NemoApi, load_api
-from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, load_recipe_checked, read_settings
+from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase, load_recipe_checked, read_settings
 
 log = logging.getLogger(__name__)
 
-Phase = Literal["sft", "rl"]
 EXIT_DYNAMIC_SAMPLING_CAP = 3
 """Exit status when dynamic sampling reaches its cap (NeMo-RL raises and the run stops)."""
 DYNAMIC_SAMPLING_CAP_MESSAGE = "Dynamic sampling has reached the maximum allowed number of batches"
