@@ -77,15 +77,12 @@ def read_run_config(step: Path) -> dict[str, Any]:
     return data
 
 
-def _sha256(path: Path) -> str:
-    from spatialiq_train.release.checksums import sha256_file
-
-    return sha256_file(path)
-
-
 def verify_weights(src: Path, dst: Path) -> int:
-    """Each copied weight file equal to its source; the index naming exactly the tensors the files hold."""
+    """Each copied weight file equal to its source (skipped when ``src`` is ``dst``: weights written here); the
+    index naming exactly the tensors the files hold."""
     from safetensors import safe_open
+
+    from spatialiq_train.release.checksums import sha256_file
 
     index = json.loads((dst / "model.safetensors.index.json").read_text(encoding="utf-8"))
     weight_map: dict[str, str] = index["weight_map"]
@@ -94,8 +91,8 @@ def verify_weights(src: Path, dst: Path) -> int:
         out = dst / name
         if not out.is_file():
             raise ConvertError(f"{out}: named by the index but missing")
-        if (src / name).is_file() and (out.stat().st_size != (src / name).stat().st_size
-                                       or _sha256(out) != _sha256(src / name)):
+        if src != dst and (src / name).is_file() and (out.stat().st_size != (src / name).stat().st_size
+                                                      or sha256_file(out) != sha256_file(src / name)):
             raise ConvertError(f"{out}: differs from its source {src / name}")
         with safe_open(str(out), framework="np") as fh:
             held[name] = set(fh.keys())
