@@ -2,7 +2,7 @@
 # DAPO-tight, Qwen2.5-VL-32B, NeMo-RL v0.7.0 on NODES x 4-GPU nodes (recipe dapo_tight_32b).
 #
 #   PHASE=sft DATA=/lustre/siq OUT=/lustre/runs/dapo_32b ACCOUNT=acct slurm/dapo_32b.sh   # 1. warm-up SFT-CoT (10 %)
-#   OUT=/lustre/runs/dapo_32b PHASE=sft slurm/convert.sh                                 # 2. -> OUT/nemo_rl/sft/hf
+#   OUT=/lustre/runs/dapo_32b PHASE=sft RECIPE=dapo_tight_32b slurm/convert.sh          # 2. -> OUT/nemo_rl/sft/hf
 #   DATA=/lustre/siq OUT=/lustre/runs/dapo_32b ACCOUNT=acct slurm/dapo_32b.sh             # 3. GRPO/DAPO on the 90 %
 #
 # Run the same command again to resume: NeMo-RL continues from the newest OUT/nemo_rl/<phase>/checkpoints/step_N.

@@ -152,7 +152,8 @@ def test_tool_extracts_types_and_yaml(tmp_path):
     assert not {"extra", "grpo.batch_multiplier", "policy.dtensor_cfg.size"} & req  # default / NotRequired / union
 
 
-@pytest.mark.skipif(not (NEMO_RL_GIT / "HEAD").exists(), reason="set NEMO_RL_GIT_DIR to a NeMo-RL git dir to regenerate the key list")
+@pytest.mark.skipif(not (NEMO_RL_GIT / "HEAD").exists(),
+                    reason="set NEMO_RL_GIT_DIR to a NeMo-RL git dir to regenerate the key list")
 def test_shipped_key_file_regenerates_from_v0_7_0(tmp_path):
     out = tmp_path / "keys.json"
     subprocess.run([sys.executable, str(ROOT / "tools" / "nemo_rl_keys.py"), str(NEMO_RL_GIT), "--ref", "v0.7.0",
@@ -375,3 +376,24 @@ def test_generated_config_builds_nemo_rls_master_config(name, phase):
     master = MasterConfig(**cfg)
     assert master.cluster["num_nodes"] == cfg["cluster"]["num_nodes"]
     assert set(master.model_extra or {}) == {"spatialiq"}  # every other top-level key is a MasterConfig field
+
+
+def test_cli_refuses_a_directory_as_out_and_leaves_nothing_behind(tmp_path):
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    out = tmp_path / "cfg"
+    out.mkdir()
+    res = CliRunner().invoke(app, ["recipes", "nemo-rl", "dapo_tight_7b", "--out", str(out)])
+    assert res.exit_code == 2 and f"--out {out}: a directory" in res.output
+    assert list(tmp_path.iterdir()) == [out] and list(out.iterdir()) == []
+
+
+def test_unknown_reward_names_are_refused_before_a_config_is_built():
+    from spatialiq_train.errors import UserError
+
+    with pytest.raises(UserError, match=r"recipe: tiny_cpu: reward\.weights\.nope: unknown reward 'nope'"):
+        build("tiny_cpu", "rl", 1, 4, overrides=["reward.weights={nope: 1}"])
+    with pytest.raises(UserError, match=r"reward\.weights\.no_such_mod:f: .*cannot import module 'no_such_mod'"):
+        build("tiny_cpu", "rl", 1, 4, overrides=["reward.weights={'no_such_mod:f': 1}"])

@@ -141,3 +141,42 @@ def test_convert_takes_the_recipe_the_run_saved(tmp_path: Path) -> None:
     (step / "config.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(ConvertError, match="no spatialiq.recipe.*pass --recipe"):
         convert(step, tmp_path / "hf2")
+
+
+def test_a_damaged_step_config_is_named_not_a_traceback(tmp_path: Path) -> None:
+    step = _step(tmp_path / "ckpt")
+    (step / "config.yaml").write_text("policy: [1,\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"step_3/config.yaml: not valid YAML \(while parsing"):
+        convert(step, tmp_path / "out")
+    (step / "config.yaml").write_text("- policy\n", encoding="utf-8")
+    with pytest.raises(UserError, match="config.yaml: a NeMo-RL run config is a YAML mapping, got list"):
+        convert(step, tmp_path / "out")
+    (step / "config.yaml").unlink()
+    with pytest.raises(UserError, match="config.yaml: missing"):
+        convert(step, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_weight_checks_catch_a_changed_copy_and_a_tensor_missing_from_its_file(tmp_path: Path) -> None:
+    from spatialiq_train.nemo.convert import verify_weights
+
+    src = Path(tiny_model_dir())
+    dst = tmp_path / "dst"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*token*", "*processor*", "chat_template*"))
+    if not (dst / "model.safetensors.index.json").is_file():
+        from spatialiq_train.release.checkpoint import write_single_index
+
+        write_single_index(dst / "model.safetensors")
+    assert verify_weights(dst, dst) > 10  # weights written in place: the index against the files only
+    index = json.loads((dst / "model.safetensors.index.json").read_text())
+    index["weight_map"]["no.such.tensor"] = "model.safetensors"
+    (dst / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ConvertError, match=r"1 tensors of the index are not in their files \(e.g. no.such.tensor\)"):
+        verify_weights(dst, dst)
+    with (dst / "model.safetensors").open("r+b") as fh:  # same size, other bytes
+        fh.seek(-1, 2)
+        last = fh.read(1)
+        fh.seek(-1, 2)
+        fh.write(bytes([last[0] ^ 1]))
+    with pytest.raises(ConvertError, match="model.safetensors: differs from its source"):
+        verify_weights(src, dst)

@@ -145,6 +145,25 @@ def test_resume_logs_the_newest_step_and_refuses_another_recipe(tmp_path: Path, 
         driver.run("rl", _config(tmp_path), api=standin_api()[0])
 
 
+
+def test_resume_names_a_damaged_checkpoint_config(tmp_path: Path) -> None:
+    step = tmp_path / "nemo_rl" / "rl" / "checkpoints" / "step_4"
+    step.mkdir(parents=True)
+    (step / "config.yaml").write_text("spatialiq: {recipe: tiny_cpu\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"step_4/config.yaml: not valid YAML .*use an earlier step_N"):
+        driver.run("rl", _config(tmp_path), api=standin_api()[0])
+
+
+def test_a_missing_directory_or_malformed_config_is_named(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="--config .*nope.yaml: no such file"):
+        driver.run("rl", tmp_path / "nope.yaml", api=standin_api()[0])
+    with pytest.raises(UserError, match=f"--config {tmp_path}: a directory"):
+        driver.run("sft", tmp_path, api=standin_api()[0])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grpo: {max_num_steps: 3\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"bad.yaml: not valid YAML \(while parsing a flow mapping"):
+        driver.run("rl", bad, api=standin_api()[0])
+
 def _section(**changes: Any) -> Callable[[dict[str, Any]], None]:
     def edit(cfg: dict[str, Any]) -> None:
         for key, value in changes.items():

@@ -23,9 +23,7 @@ from typing import Any, Literal
 
 from spatialiq_train.nemo.contract import checkpoint_metric, data_entries, env_entries, plan_data, validates
 from spatialiq_train.nemo.recipe_values import RELEASED_GRPO, RELEASED_SFT, NemoValues, PhaseValues
-from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings
-
-Phase = Literal["rl", "sft"]
+from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from spatialiq_train.errors import UserError
+from spatialiq_train.nemo.checkpoints import latest_step, read_step_config
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +40,6 @@ class ConvertError(UserError):
 
 def find_step(checkpoint: Path) -> Path:
     """``checkpoint`` itself when it is a ``step_N`` folder, else the newest ``step_N`` inside it."""
-    from spatialiq_train.nemo.driver import latest_step
-
     if (checkpoint / "policy" / "weights").is_dir():
         return checkpoint
     step = latest_step(checkpoint)
@@ -72,25 +69,20 @@ def locate_weights(step: Path) -> tuple[WeightsKind, Path]:
     raise ConvertError(f"{weights}: no weights found (no *.safetensors, no *.distcp)")
 
 
-def read_step_config(step: Path) -> dict[str, Any]:
-    path = step / "config.yaml"
-    if not path.is_file():
-        raise ConvertError(f"{path}: missing; NeMo-RL writes it into every finished step folder")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict) or "policy" not in data:
-        raise ConvertError(f"{path}: not a NeMo-RL run config (no 'policy' section)")
+def read_run_config(step: Path) -> dict[str, Any]:
+    """The step's saved run config, which must have the ``policy`` section the conversion reads."""
+    data = read_step_config(step)
+    if "policy" not in data:
+        raise ConvertError(f"{step / 'config.yaml'}: not a NeMo-RL run config (no 'policy' section)")
     return data
 
 
-def _sha256(path: Path) -> str:
-    from spatialiq_train.release.checksums import sha256_file
-
-    return sha256_file(path)
-
-
 def verify_weights(src: Path, dst: Path) -> int:
-    """Each copied weight file equal to its source; the index naming exactly the tensors the files hold."""
+    """Each copied weight file equal to its source (skipped when ``src`` is ``dst``: weights written here); the
+    index naming exactly the tensors the files hold."""
     from safetensors import safe_open
+
+    from spatialiq_train.release.checksums import sha256_file
 
     index = json.loads((dst / "model.safetensors.index.json").read_text(encoding="utf-8"))
     weight_map: dict[str, str] = index["weight_map"]
@@ -99,8 +91,8 @@ def verify_weights(src: Path, dst: Path) -> int:
         out = dst / name
         if not out.is_file():
             raise ConvertError(f"{out}: named by the index but missing")
-        if (src / name).is_file() and (out.stat().st_size != (src / name).stat().st_size
-                                       or _sha256(out) != _sha256(src / name)):
+        if src != dst and (src / name).is_file() and (out.stat().st_size != (src / name).stat().st_size
+                                                      or sha256_file(out) != sha256_file(src / name)):
             raise ConvertError(f"{out}: differs from its source {src / name}")
         with safe_open(str(out), framework="np") as fh:
             held[name] = set(fh.keys())
@@ -198,7 +190,7 @@ def convert(checkpoint: str | Path, out: str | Path, recipe: str | Path | None =
     if out.exists():
         raise ConvertError(f"--out {out}: already exists; choose a new folder")
     step = find_step(Path(checkpoint))
-    step_config = read_step_config(step)
+    step_config = read_run_config(step)
     if recipe is None:
         name, overrides = step_recipe(step_config, step)
         rec = load_recipe_checked(name, overrides, what=f"{step / 'config.yaml'}: spatialiq.recipe")

@@ -39,34 +39,32 @@ dispatches to ``async_grpo_train`` when ``grpo.async_grpo.enabled``. ``setup``, 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from spatialiq_train.errors import UserError
+from spatialiq_train.nemo.checkpoints import latest_step, read_step_config
 from spatialiq_train.nemo.contract import check_contract, plan_data
 from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.runtime import NemoApi, load_api
-from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, load_recipe_checked, read_settings
+from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase, load_recipe_checked, read_settings
 
 log = logging.getLogger(__name__)
 
-Phase = Literal["sft", "rl"]
 EXIT_DYNAMIC_SAMPLING_CAP = 3
 """Exit status when dynamic sampling reaches its cap (NeMo-RL raises and the run stops)."""
 DYNAMIC_SAMPLING_CAP_MESSAGE = "Dynamic sampling has reached the maximum allowed number of batches"
 """The start of the ValueError NeMo-RL v0.7.0 raises at the cap (``nemo_rl.algorithms.grpo.dynamic_sampling``)."""
-_STEP_DIR = re.compile(r"step_(\d+)")
 
 __all__ = ["DYNAMIC_SAMPLING_CAP_MESSAGE", "DataPlan", "DriverSettings", "DynamicSamplingCapError",
-           "EXIT_DYNAMIC_SAMPLING_CAP", "NemoApi", "run"]
+           "EXIT_DYNAMIC_SAMPLING_CAP", "NemoApi", "latest_step", "run"]
 
 
 class DynamicSamplingCapError(UserError):
@@ -94,16 +92,6 @@ def dynamic_sampling_exit(cap: Any) -> Iterator[None]:
 # --- checkpoints ------------------------------------------------------------------------------------------------
 
 
-def latest_step(checkpoint_dir: str | Path) -> Path | None:
-    """The newest finished checkpoint (``step_N``, highest N) in ``checkpoint_dir``, as NeMo-RL resumes from it;
-    ``tmp_step_N`` (unfinished) and ``old_step_N`` folders are not checkpoints."""
-    root = Path(checkpoint_dir)
-    if not root.is_dir():
-        return None
-    steps = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.fullmatch(p.name))]
-    return max(steps)[1] if steps else None
-
-
 def check_resume(config: dict[str, Any]) -> Path | None:
     """The checkpoint NeMo-RL will resume from (logged), refused when it was made from another recipe or data."""
     ckpt = config.get("checkpointing") or {}
@@ -117,8 +105,8 @@ def check_resume(config: dict[str, Any]) -> Path | None:
         log.info("no checkpoint in %s: starting fresh", ckpt["checkpoint_dir"])
         return None
     saved_file = step / "config.yaml"
-    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) if saved_file.is_file() else {}
-    mine, theirs = config.get("spatialiq") or {}, (saved or {}).get("spatialiq") or {}
+    saved = read_step_config(step) if saved_file.is_file() else {}
+    mine, theirs = config.get("spatialiq") or {}, saved.get("spatialiq") or {}
     if theirs and (theirs.get("recipe"), theirs.get("phase")) != (mine.get("recipe"), mine.get("phase")):
         raise UserError(f"{saved_file}: this checkpoint folder was made by phase {theirs.get('phase')!r} of recipe "
                         f"{theirs.get('recipe')!r}; this run is phase {mine.get('phase')!r} of "
@@ -146,10 +134,16 @@ def plan_for(settings: DriverSettings, phase: Phase, source: Path) -> DataPlan:
 def load_resolved(api: NemoApi, config_path: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
     """The YAML with NeMo-RL's inheritance and the Hydra overrides applied, resolved to plain containers."""
     path = Path(config_path)
+    if path.is_dir():
+        raise UserError(f"--config {path}: a directory; give the YAML file `spatialiq recipes nemo-rl` wrote in it")
     if not path.is_file():
         raise UserError(f"--config {path}: no such file (write one with `spatialiq recipes nemo-rl`)")
     api.register_omegaconf_resolvers()
-    cfg = api.load_config(str(path))
+    try:
+        cfg = api.load_config(str(path))
+    except yaml.YAMLError as exc:  # OmegaConf reads the file with PyYAML
+        raise UserError(f"--config {path}: not valid YAML ({' '.join(str(exc).split())}); regenerate it with "
+                        "`spatialiq recipes nemo-rl`") from None
     if overrides:
         try:
             cfg = api.parse_hydra_overrides(cfg, list(overrides))

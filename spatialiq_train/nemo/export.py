@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
+from spatialiq_train.io import atomic_write_text
 from spatialiq_train.nemo.config import Built, Phase, grpo_config, sft_config
 from spatialiq_train.nemo.keys import NemoConfigError, check_config, load_key_set
 from spatialiq_train.nemo.paper import deviations
@@ -54,9 +54,8 @@ def to_yaml(built: Built, source: str) -> str:
 def write_nemo_config(recipe: str | Path, out: Path, *, phase: Phase, nodes: int, gpus_per_node: int,
                       overrides: Sequence[str] = (), run_dir: str | None = None) -> Built:
     """Build, check and write `out` (temporary name, then rename)."""
+    if out.is_dir():
+        raise NemoConfigError(f"--out {out}: a directory; give the YAML file to write (e.g. {out / 'config.yaml'})")
     built = build(recipe, phase, nodes, gpus_per_node, overrides=overrides, run_dir=run_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    tmp.write_text(to_yaml(built, str(recipe)), encoding="utf-8")
-    os.replace(tmp, out)
+    atomic_write_text(out, to_yaml(built, str(recipe)))
     return built
