@@ -31,7 +31,16 @@ def shard_complete(out: Path, split: str, shard: int, num_shards: int) -> bool:
     parquet = out / layout.shard_parquet_relpath(split, shard, num_shards)
     if not (done.exists() and parquet.exists()):
         return False
-    return read_json(done).get("sha256") == writer.sha256_file(parquet)
+    return read_record(done).get("sha256") == writer.sha256_file(parquet)
+
+
+def read_record(done: Path) -> dict[str, Any]:
+    """A shard's completion record; anything but a JSON object is a GenerationError naming the file."""
+    record = read_json(done)
+    if not isinstance(record, dict):
+        raise GenerationError(f"{done}: a completion record must be a JSON object, got {type(record).__name__}; "
+                              "the file is not one written by spatialiq gen (delete it and rerun gen for its shard)")
+    return record
 
 
 def remove_stale_temp_files(cfg: GenConfig, shard: int, first: int, last: int) -> None:
@@ -120,7 +129,7 @@ def _checked_shard(out: Path, split: str, s: int, k: int,
                    backend: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
     """(completion record with ``parquet`` set, parquet sha256) of shard ``s``, checked against each other."""
     done = out / layout.shard_done_relpath(split, s, k)
-    record = read_json(done)
+    record = read_record(done)
     rel = layout.shard_parquet_relpath(split, s, k)
     if not (out / rel).exists():
         raise GenerationError(f"shard {rel} is missing although its completion record exists; rerun gen")

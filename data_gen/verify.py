@@ -89,7 +89,7 @@ def verify(out: Path) -> VerifyReport:
         if not done.exists():
             report.incomplete.append(rel)
             continue
-        record = read_json(done)
+        record = shards.read_record(done)
         files = _recorded_files(record, done, report)
         report.mismatches += file_mismatches(out, {rel: shards.record_key(record, "sha256", done), **files})
         report.checked += 1 + len(files)
@@ -104,7 +104,7 @@ def damaged(out: Path, split: str, complete: list[int], num_shards: int) -> list
     found = []
     for s in complete:
         done = out / layout.shard_done_relpath(split, s, num_shards)
-        files = read_json(done).get("files")
+        files = shards.read_record(done).get("files")
         if not isinstance(files, dict):
             continue  # recorded before per-file checksums: nothing to compare with
         bad = file_mismatches(out, files)

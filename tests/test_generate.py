@@ -725,6 +725,18 @@ def test_verify_needs_a_generated_directory_and_gen_needs_its_options(tmp_path: 
     assert result.exit_code == 2 and "missing option(s) --structures, --split" in result.output
 
 
+def test_a_completion_record_that_is_not_an_object_is_refused_by_name(tmp_path: Path) -> None:
+    run(cfg(tmp_path, structures=2, num_shards=2), progress=False)
+    done = tmp_path / "shards/train-00001-of-00002.done.json"
+    done.write_text("[1]")
+    for args in (["gen", "--verify", "--out", str(tmp_path)],
+                 ["gen", "--out", str(tmp_path), "--structures", "2", "--seed", "7", "--split", "train",
+                  "--resolution", str(RES), "--num-shards", "2"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 1, result.output
+        assert f"error: {done}: a completion record must be a JSON object, got list" in result.output
+
+
 def test_a_repair_that_does_not_reproduce_the_bytes_is_refused(tmp_path: Path, truth: types.ModuleType,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     run(cfg(tmp_path, structures=1), progress=False)
