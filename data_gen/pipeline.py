@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from data_gen import layout, splits, structure, writer
+from data_gen import layout, visibility, writer
 from data_gen.camera import LEAF_VIEWS
 from data_gen.config import MAX_HEIGHT, GenConfig, GenerationError
 from data_gen.plan import PlannedStructure
+from spatialiq_train import splits
 
 _RENDER_STREAM = 0x52454E44  # extra entropy word: render draws never collide with structure draws
 
@@ -67,7 +68,7 @@ def build_structure(
     gts = {leaf: writer.gt_record(raw[leaf], entry.sample_idx) for leaf in LEAF_VIEWS}
     scene = writer.scene_record(
         hmap, sample_idx=entry.sample_idx, structure_id=entry.structure_id, seed=cfg.seed, index=entry.index,
-        object_type=cfg.object_type, visible_count=structure.scene_visible_count(hmap))
+        object_type=cfg.object_type, visible_count=visibility.scene_visible_count(hmap))
     return scene, gts, images
 
 
@@ -93,8 +94,6 @@ def _render_views(
                 if result.instance_ids is None:
                     raise GenerationError(f"renderer {getattr(renderer, 'name', '?')} gives no instance ids, which "
                                           f"object_type {cfg.object_type!r} needs for visibility")
-                from data_gen import visibility
-
                 visible[leaf] = visibility.visible_set(result.instance_ids, cols, MAX_HEIGHT)
         except Exception as exc:
             raise GenerationError(f"view {where}: {type(exc).__name__}: {exc}") from exc

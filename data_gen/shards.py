@@ -12,9 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_gen import layout, splits, writer
+from data_gen import layout, writer
 from data_gen.config import VIEWS_PER_STRUCTURE, GenConfig, GenerationError
 from data_gen.identity import check_backend
+from spatialiq_train import splits
 from spatialiq_train.io import atomic_write_bytes, atomic_write_json, read_json
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_gen import splits, structure
+from data_gen import structure
+from spatialiq_train import splits
 from spatialiq_train.dataset import (
     DatasetNotFoundError,
     iter_scene_files,

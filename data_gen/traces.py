@@ -7,7 +7,7 @@ without leaf folders (same records: the ``view`` column is the leaf folder path)
 benchmark, which has no split folder and no ``structure_id``: there the group id is the path of the
 sample folder (benchmark-spec 6.3). Records of the train split go to ``train``/``val`` (trainval
 partition) and ``warmup``/``rl`` (dapo partition), those of the benchmark split to ``benchmark``, all
-decided by structure (``data_gen.splits``).
+decided by structure (``spatialiq_train.splits``).
 
 Targets: SFT-plain is ``<answer>{value}</answer>`` (the released ``prepare_data.py`` wrote the
 bare integer; the tags make the plain model scorable by the gated reward exactly like CoT models).
@@ -22,11 +22,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from data_gen.splits import SPLITS, partition_of
 from spatialiq_train.dataset import REWARD_FIELDS, DatasetError, View, iter_views  # REWARD_FIELDS: also read from here
 from spatialiq_train.errors import InputError
 from spatialiq_train.io import atomic_write_text
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
+from spatialiq_train.splits import SPLITS, partition_of
 from spatialiq_train.tasks import COT_FIELDS, Dialect, build_prompt, fill_cot_template, get_task
 
 logger = logging.getLogger(__name__)

@@ -28,6 +28,7 @@ from typing import Any
 
 from spatialiq_train.errors import UserError
 from spatialiq_train.io import natural_key, read_json, resolve_inside
+from spatialiq_train.splits import SPLITS
 from spatialiq_train.views import SAMPLE_DIR_RE, LeafView, parse_leaf_path, parse_view_path, sample_of_view
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,8 @@ SHARDS_DIR = "shards"
 SCENE_FILE = "scene.json"
 GT_FILE = "gt.json"
 IMAGE_FILE = "view.png"
-SPLIT_DIRS: tuple[str, ...] = ("train", "benchmark")
-"""Split folders of our layout (``data_gen.splits.SPLITS``); a root holding none of them is the released layout."""
+SPLIT_DIRS: tuple[str, ...] = SPLITS
+"""Split folders of our layout (the splits); a root holding none of them is the released layout."""
 
 GT_FIELDS: tuple[str, ...] = (
     "object_type", "sample_idx", "view_idx", "offset", "fov", "dist", "task1",

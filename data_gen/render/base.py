@@ -42,7 +42,7 @@ class RenderResult:
     rgb: np.ndarray
     """(H, W, 3) uint8."""
     instance_ids: np.ndarray | None = None
-    """(H, W) int32 block ids as ``data_gen.raycast.block_id`` gives them, -1 where no object; None if unknown."""
+    """(H, W) int32 block ids as ``data_gen.visibility.block_id`` gives them, -1 where no object; None if unknown."""
 
 
 class Renderer(Protocol):
