@@ -92,8 +92,9 @@ def write_plan(cfg: GenConfig, progress: bool = True) -> list[PlannedStructure]:
 
 
 @contextmanager
-def _renderer_here(cfg: GenConfig, renderer: Any) -> Iterator[Any]:
-    """``renderer``, or one built (and closed afterwards) when none is given and this process renders alone."""
+def renderer_here(cfg: GenConfig, renderer: Any) -> Iterator[Any]:
+    """``renderer``, or one built (and closed afterwards) when none is given and this process renders alone
+    (``--workers 1``); the one place a run builds and closes its in-process renderer."""
     built = identity.make_renderer(cfg) if renderer is None and cfg.workers == 1 else None
     try:
         yield renderer if built is None else built
@@ -110,7 +111,7 @@ def generate_shards(cfg: GenConfig, todo: list[int], renderer: Any = None, progr
     """
     k, n = cfg.shard_count, cfg.structures
     ranges = {s: shards.shard_range(s, k, n) for s in todo}
-    with _renderer_here(cfg, renderer) as here:
+    with renderer_here(cfg, renderer) as here:
         _generate(cfg, ranges, here, progress, backend)
 
 
@@ -148,7 +149,7 @@ def repair(cfg: GenConfig, damages: list[Damage], renderer: Any = None, progress
     expected = {rel: digest for d in damages for rel, digest in d.expected.items()}
     for d in damages:
         shards.remove_stale_temp_files(cfg, d.shard, d.samples[0], d.samples[-1])
-    with _renderer_here(cfg, renderer) as here, Executor(cfg, here, render=True) as ex:
+    with renderer_here(cfg, renderer) as here, Executor(cfg, here, render=True) as ex:
         entries = [e for e in make_plan(cfg, ex) if e.sample_idx in samples]
         with tqdm(total=len(entries), unit="structure", desc="repair", disable=not progress) as bar:
             for result in ex.structures(entries):

@@ -55,9 +55,7 @@ def run(cfg: GenConfig, renderer: Any = None, progress: bool = True, plan_only: 
         executor.write_plan(cfg, progress)
         return None
     # Build the renderer first: a missing dependency fails before anything is written.
-    built = identity.make_renderer(cfg) if renderer is None and cfg.workers == 1 else None
-    try:
-        renderer = renderer if built is None else built
+    with executor.renderer_here(cfg, renderer) as renderer:
         backend = identity.render_backend(cfg, renderer)  # workers > 1: resolved (and checked) without a renderer
         cfg = identity.pin_variant(cfg, backend)  # workers render the variant that is recorded
         out.mkdir(parents=True, exist_ok=True)
@@ -78,5 +76,3 @@ def run(cfg: GenConfig, renderer: Any = None, progress: bool = True, plan_only: 
             log.info("shard %d done; run `spatialiq gen-merge --out %s` once every shard is done", cfg.shard, out)
             return None
         return shards.merge(out)
-    finally:
-        identity.close_renderer(built)
