@@ -19,12 +19,20 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialiq_train.dataset import REWARD_FIELDS, DatasetError, View, iter_views  # REWARD_FIELDS: also read from here
+from spatialiq_train.dataset import (  # REWARD_FIELDS: also read from here
+    IMAGE_FILE,
+    REWARD_FIELDS,
+    DatasetError,
+    ImageSink,
+    View,
+    iter_views,
+)
 from spatialiq_train.errors import InputError
-from spatialiq_train.io import atomic_write_text
+from spatialiq_train.io import atomic_write_bytes, atomic_write_text, resolve_inside
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.splits import SPLITS, partition_of
 from spatialiq_train.tasks import COT_FIELDS, Dialect, build_prompt, fill_cot_template, get_task
@@ -41,12 +49,13 @@ SKIPPED_PLAIN_TASKS: tuple[str, ...] = ("task10", "task11")
 """Two-image tasks: the single-image trace pipeline skips them, as the release does."""
 
 
-def load_views(data_root: Path, split: str | None = None) -> list[View]:
+def load_views(data_root: Path, split: str | None = None, on_image: ImageSink | None = None) -> list[View]:
     """Every leaf view under ``data_root`` (leaf folders, else parquet shards) with its ground truth, in natural
-    path order; ``split`` reads only that split folder, or labels every view of a root without split folders."""
+    path order; ``split`` reads only that split folder, or labels every view of a root without split folders.
+    ``on_image`` receives the PNG bytes embedded in parquet rows as they are read (e.g. :class:`ImageExtractor`)."""
     if split is not None and split not in SPLITS:
         raise DatasetError(f"--split: unknown split {split!r}; valid: {', '.join(SPLITS)}")
-    views = list(iter_views(data_root, split, images=False))
+    views = list(iter_views(data_root, split, images=False, on_image=on_image))
     unlabelled = next((v for v in views if v.split not in SPLITS), None)
     if unlabelled is not None:
         raise DatasetError(
@@ -167,26 +176,30 @@ def build_traces(
     return files
 
 
-def extract_parquet_images(data_root: Path, images_root: Path, split: str | None = None) -> int:
-    """Write the PNGs embedded in the parquet shards to ``images_root/<view>/view.png`` for the views that have no
-    view.png under ``data_root``; returns how many were written (an existing file of the same bytes is kept, so a
-    rerun writes nothing). Trace records name images ``<view>/view.png`` relative to an image root: train with
-    ``data.data_root=<images_root>`` when the dataset itself holds no per-view images.
+@dataclass
+class ImageExtractor:
+    """Writes the PNGs embedded in parquet rows to ``images_root/<view>/view.png`` as :func:`load_views` reads them
+    (pass it as ``on_image``), for the views that have no view.png under ``data_root``; an existing file of the
+    same bytes is kept, so a rerun writes nothing. Trace records name images ``<view>/view.png`` relative to an
+    image root: train with ``data.data_root=<images_root>`` when the dataset itself holds no per-view images.
     """
-    from spatialiq_train.dataset import IMAGE_FILE, iter_parquet_images
-    from spatialiq_train.io import atomic_write_bytes, resolve_inside
 
-    written = 0
-    for view, data in iter_parquet_images(data_root, split):
+    data_root: Path
+    images_root: Path
+    needed: int = 0
+    """Views whose image lives only in the parquet shards."""
+    written: int = 0
+
+    def __call__(self, view: str, data: bytes) -> None:
         rel = f"{view}/{IMAGE_FILE}"
-        if resolve_inside(data_root, rel).is_file():
-            continue
-        target = resolve_inside(images_root, rel)  # a view that escapes the root is refused
+        if resolve_inside(self.data_root, rel).is_file():
+            return
+        self.needed += 1
+        target = resolve_inside(self.images_root, rel)  # a view that escapes the root is refused
         if target.is_file() and target.read_bytes() == data:
-            continue
+            return
         atomic_write_bytes(target, data)
-        written += 1
-    return written
+        self.written += 1
 
 
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:

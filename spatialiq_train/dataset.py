@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,20 +95,8 @@ def parquet_shards(root: str | Path, split: str | None = None) -> list[Path]:
     return sorted((Path(root) / DATA_DIR).glob(f"{split}-*.parquet" if split else "*.parquet"))
 
 
-def iter_parquet_images(root: str | Path, split: str | None = None) -> Iterator[tuple[str, bytes]]:
-    """``(view, png_bytes)`` of every parquet row that embeds an image, one row group in memory at a time."""
-    import pyarrow.parquet as pq
-
-    for path in parquet_shards(root, split):
-        shard = pq.ParquetFile(path)
-        if "image" not in shard.schema_arrow.names:
-            continue
-        for group in range(shard.num_row_groups):
-            table = shard.read_row_group(group, columns=["view", "image"])
-            for view, image in zip(table.column("view").to_pylist(), table.column("image").to_pylist(), strict=True):
-                data = image.get("bytes") if isinstance(image, dict) else None
-                if data:
-                    yield str(view), data
+ImageSink = Callable[[str, bytes], None]
+"""Receives ``(view, PNG bytes)`` of a parquet row as :func:`iter_views` reads it."""
 
 
 def split_of_path(root: str | Path, path: str | Path) -> str:
@@ -257,7 +245,8 @@ def iter_leaf_dirs(sample_dir: str | Path) -> Iterator[View]:
 
 
 def iter_views(
-    root: str | Path, split: str | None = None, *, required: Iterable[str] = ("task_main",), images: bool = True
+    root: str | Path, split: str | None = None, *, required: Iterable[str] = ("task_main",), images: bool = True,
+    on_image: ImageSink | None = None,
 ) -> Iterator[View]:
     """Every leaf view of a dataset, checked by :func:`validate_gt`, in natural order of its ``view`` path.
 
@@ -265,7 +254,9 @@ def iter_views(
     A ``split`` reads ``root/split``, or ``root`` itself when it holds no split folder at all (the released
     layout), and labels every view with it. Leaf folders (``view_VV/offsetO_fovF_distD/gt.json``; hidden
     folders skipped) are read when there are any, else the parquet shards ``root/data/<split>-*.parquet``.
-    ``images=False`` drops the PNG bytes of parquet rows (``has_image`` still tells whether there was one).
+    ``images=False`` drops the PNG bytes of parquet rows (``has_image`` still tells whether there was one);
+    ``on_image`` is called with ``(view, PNG bytes)`` of every parquet row that embeds one, as its shard is read,
+    so a caller can write the images out without holding them or reading the shards a second time.
     A leaf or a parquet ``view`` that resolves outside ``root`` is refused; finding no view at all is a
     :class:`DatasetNotFoundError` naming where it looked.
     """
@@ -277,7 +268,7 @@ def iter_views(
     views = _folder_views(root, base, split, required) if base is not None else []
     if not views:
         shards = parquet_shards(root, split)
-        views = [v for path in shards for v in _parquet_views(root, path, split, required, images)]
+        views = [v for path in shards for v in _parquet_views(root, path, split, required, images, on_image)]
     if not views:
         raise DatasetNotFoundError(_nothing_found(root, base, split))
     views.sort(key=lambda v: natural_key(v.view))
@@ -365,9 +356,21 @@ def iter_shard_rows(path: str | Path, required: Iterable[str] = (), columns: Ite
         raise DatasetError(f"{path}: cannot read the parquet shard: {exc}") from exc
 
 
-def _parquet_views(root: Path, path: Path, split: str | None, required: tuple[str, ...], images: bool) -> list[View]:
-    rows = iter_shard_rows(path, ("view", "view_idx", "offset", "fov", "dist", *required))
-    return [_row_view(root, path, i, row, split, required, images) for i, row in enumerate(rows)]
+def _parquet_views(root: Path, path: Path, split: str | None, required: tuple[str, ...], images: bool,
+                   on_image: ImageSink | None) -> list[View]:
+    views = []
+    for i, row in enumerate(iter_shard_rows(path, ("view", "view_idx", "offset", "fov", "dist", *required))):
+        views.append(_row_view(root, path, i, row, split, required, images))
+        data = _image_bytes(row)
+        if on_image is not None and data:
+            on_image(views[-1].view, data)
+    return views
+
+
+def _image_bytes(row: dict[str, Any]) -> bytes | None:
+    """The PNG bytes of a parquet row's ``image`` (a ``{"bytes", "path"}`` struct), None when it has none."""
+    image = row.get("image")
+    return image.get("bytes") if isinstance(image, dict) else None
 
 
 def _row_view(
@@ -385,8 +388,7 @@ def _row_view(
     if isinstance(gt.get("camera"), str):
         gt["camera"] = json.loads(gt["camera"])
     validate_gt(gt, path, required, row=i)
-    image = row.get("image")
-    data = image.get("bytes") if isinstance(image, dict) else None
+    data = _image_bytes(row)
     sid = row.get("structure_id") or sample_of_view(view) or view
     recorded = row.get("split") if row.get("split") in SPLIT_DIRS else None
     return View(view, leaf, gt, root, sid, split or recorded or _split_label(view, None), data is not None,

@@ -32,7 +32,7 @@ def traces(
     ),
 ) -> None:
     """Write chat-format trace JSONL files, partitioned by structure."""
-    from data_gen.traces import build_traces, check_options, load_views, write_traces
+    from data_gen.traces import ImageExtractor, build_traces, check_options, load_views, write_traces
     from spatialiq_train.errors import UserError
     from spatialiq_train.tasks import DIALECTS
 
@@ -40,7 +40,10 @@ def traces(
         raise UserError(f"--dialect: unknown dialect {dialect!r}; valid: {', '.join(DIALECTS)}")
     task_ids = [t.strip() for t in tasks.split(",") if t.strip()]
     check_options(kind, task_ids, mask_final_answer)  # option mistakes first, before reading the dataset
-    views = load_views(data, split)
+    # Parquet-only datasets: the embedded PNGs go to OUT/images (the image root the traces need for training),
+    # written as the shards are read for the views, so the shards are read once.
+    images = ImageExtractor(data, out / "images")
+    views = load_views(data, split, on_image=images)
     files = build_traces(views, kind, task_ids, mask_final_answer, dialect, require_images)  # type: ignore[arg-type]
     if not files:
         raise UserError(f"--data: no usable views under {data} (gt.json beside view.png, or parquet rows with an "
@@ -48,19 +51,9 @@ def traces(
     counts = write_traces(out, files)
     for name, count in counts.items():
         typer.echo(f"{out / (name + '.jsonl')}: {count} records")
-    _extract_images(data, out, split, views)
-
-
-def _extract_images(data: Path, out: Path, split: str | None, views: list) -> None:  # noqa: ANN001
-    """Parquet-only datasets: the embedded PNGs go to OUT/images, the image root the traces need for training."""
-    from data_gen.traces import extract_parquet_images
-
-    if not any(v.has_image and not v.image_path.is_file() for v in views):
-        return
-    images = out / "images"
-    written = extract_parquet_images(data, images, split)
-    typer.echo(f"{images}: {written} image(s) written from the parquet shards; train with data.data_root={images} "
-               "(the dataset holds no per-view view.png)")
+    if images.needed:
+        typer.echo(f"{images.images_root}: {images.written} image(s) written from the parquet shards; train with "
+                   f"data.data_root={images.images_root} (the dataset holds no per-view view.png)")
 
 
 def register(app: typer.Typer) -> None:
