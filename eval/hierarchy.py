@@ -28,9 +28,11 @@ CELLS: tuple[tuple[int, int, str], ...] = ((1, 1, "V+ H+"), (1, 0, "V+ H-"), (0,
 COMPOSITION_COLUMNS: tuple[str, ...] = ("main_pred", "main_gt", "task5_pred", "task5_gt", "task8_pred", "task8_gt")
 
 
-def check_convention(name: str) -> Convention:
+def check_convention(name: str, option: str | None = None) -> Convention:
+    """``name`` as a Convention; an unknown one is an InputError (naming ``option``, the flag it came from, if any)."""
     if name not in CONVENTIONS:
-        raise InputError(f"unknown conditional convention {name!r}; valid: {', '.join(CONVENTIONS)}")
+        where = f"{option}: " if option else ""
+        raise InputError(f"{where}unknown conditional convention {name!r}; valid: {', '.join(CONVENTIONS)}")
     return name  # type: ignore[return-value]
 
 

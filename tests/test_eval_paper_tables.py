@@ -425,3 +425,14 @@ def test_empty_raw_folder_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(RawDirError, match="no eval_raw_<model>_text.csv files"):
         read_raw_dir(tmp_path)
     assert issubclass(RawDirError, UserError) and issubclass(RawDirError, FileNotFoundError)
+
+
+def test_an_unknown_convention_names_the_option_before_reading_raw_files(tmp_path: Path) -> None:
+    for args in (["eval", "paper-tables", "--raw", str(tmp_path / "absent"), "--out", str(tmp_path / "o")],
+                 ["eval", "score", "--completions", str(tmp_path / "absent.jsonl"), "--data", str(tmp_path),
+                  "--out", str(tmp_path / "o"), "--name", "m"]):
+        result = CliRunner().invoke(app, [*args, "--convention", "both"])
+        assert result.exit_code == EXIT_USAGE, result.output
+        assert result.output.strip() == ("error: --convention: unknown conditional convention 'both'; valid: "
+                                         "prerequisite_given_dependent, dependent_given_prerequisite")
+        assert not (tmp_path / "o").exists()

@@ -24,8 +24,11 @@ def paper_tables(
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Draw figures/<name>.png for figure tables."),
 ) -> None:
     """The official analysis's 24 text-side tables and their figures, plus summary files, from raw files."""
+    from eval.hierarchy import check_convention
     from eval.paper_tables import write_paper_tables
 
+    if convention is not None:
+        check_convention(convention, "--convention")  # before the raw files are read
     for path in write_paper_tables(raw, out, convention, figures=figures):
         typer.echo(str(path))
 
@@ -141,7 +144,7 @@ def score(
     from spatialiq_train.io import atomic_write_json
 
     _check_score_options(mode, parse, k, min_coverage, name)
-    conv = check_convention(convention)
+    conv = check_convention(convention, "--convention")
     scenes = find_scenes(data, split)
     records = load_for_scoring(completions)
     k = scoring.resolve_k(records, k, completions)
