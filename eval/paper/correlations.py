@@ -16,6 +16,7 @@ import numpy as np
 from eval.paper.common import (
     TASK_COLUMNS,
     Group,
+    Pool,
     display_name,
     fe_pearson,
     paper_task_id,
@@ -117,12 +118,13 @@ def crossview_bundle_rows(group: Group) -> list[Row]:
     return rows
 
 
-def _pool_bundle(group: Group, tasks: tuple[str, ...]) -> tuple[list[str], np.ndarray, np.ndarray, object] | None:
+def _pool_bundle(group: Group, tasks: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, Pool] | None:
+    """(pooled bundle score, pooled Object Counting, the pool) over the bundle's tasks any responder has."""
     present = [t for t in tasks if group.any_has(t)]
     if not present or not group.any_has("main"):
         return None
     pool = group.pool([*present, "main"])
-    return present, bundle_score([pool.values[t] for t in present]), pool.values["main"], pool
+    return bundle_score([pool.values[t] for t in present]), pool.values["main"], pool
 
 
 def bundle_coupling_rows(group: Group) -> list[Row]:
@@ -135,9 +137,9 @@ def bundle_coupling_rows(group: Group) -> list[Row]:
         pooled = _pool_bundle(group, tasks)
         if pooled is None:
             continue
-        _, score, main, pool = pooled
-        r, p = fe_pearson(pool.view, score, main, group.n_views)  # type: ignore[attr-defined]
-        varying = varying_views(pool.view, score, group.n_views)  # type: ignore[attr-defined]
+        score, main, pool = pooled
+        r, p = fe_pearson(pool.view, score, main, group.n_views)
+        varying = varying_views(pool.view, score, group.n_views)
         aggregate.append({"modality": group.name, "bundle": bundle, "model": "aggregate", "r_ws": r, "p_ws": p,
                           "n_varying": int(varying.sum())})
         for model in group.models:
@@ -162,11 +164,11 @@ def bundle_twoway_rows(group: Group) -> list[Row]:
         pooled = _pool_bundle(group, tasks)
         if pooled is None:
             continue
-        _, score, main, pool = pooled
+        score, main, pool = pooled
         keep = ~np.isnan(score) & ~np.isnan(main)
         if keep.sum() < 3:
             continue
-        view, model = pool.view[keep], pool.model[keep]  # type: ignore[attr-defined]
+        view, model = pool.view[keep], pool.model[keep]
         r_one, _ = fe_pearson(view, score[keep], main[keep], group.n_views)
         rows.append({"modality": group.name, "bundle": bundle, "r_scene": r_one,
                      "r_scene_responder": pearson_r(scene_stats(view, model, score[keep], main[keep])),
