@@ -250,5 +250,17 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     return recipe_from_dict(apply_overrides(data, list(overrides or [])), source=str(p))
 
 
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mapping -> ``{"a.b.c": value}`` (lists and scalars are leaves)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
 def recipe_to_yaml(recipe: Recipe) -> str:
     return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)

@@ -15,6 +15,7 @@ import yaml
 
 from eval.stats import wilson_interval
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
+from spatialiq_train.recipes import flatten
 from spatialiq_train.tasks import build_prompt
 
 TAGS = ["spatial-reasoning", "block-counting", "rlvr", "grpo", "dapo", "qwen2.5-vl", "spatial-iq",
@@ -46,18 +47,6 @@ class CardInputs:
     data: DataFacts = field(default_factory=DataFacts)
     metrics: dict[str, Any] | None = None
     revision: str | None = None
-
-
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mapping -> ``{"a.b.c": value}`` (lists and scalars are leaves)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
 
 
 def recipe_differences(run: dict[str, Any], base: dict[str, Any] | None) -> list[tuple[str, Any, Any]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.io import atomic_write_text
-from spatialiq_train.recipes import Recipe, RecipeError, recipe_to_yaml
+from spatialiq_train.recipes import Recipe, RecipeError, flatten, recipe_to_yaml
 from spatialiq_train.train import common
 
 log = logging.getLogger(__name__)
@@ -44,18 +44,9 @@ RL_ONLY: tuple[str, ...] = ("description", "rl", "vllm", "generation", "reward",
 """Recipe keys (and sections) the SFT phase does not read: they may change while the RL phase has not started."""
 
 
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(data, dict):
-        return {prefix: data}
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
 def recipe_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Dotted keys whose values differ between two recipe dicts (added and removed keys included)."""
-    a, b = _flat(old), _flat(new)
+    a, b = flatten(old), flatten(new)
     return sorted(k for k in a.keys() | b.keys() if a.get(k, object()) != b.get(k, object()))
 
 
