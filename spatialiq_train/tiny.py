@@ -128,13 +128,6 @@ def build_processor(tokenizer: Any, image_processor: Any | None = None) -> Any:
         return cls(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
 
 
-def load_processor(path: str | Path) -> Any:
-    """Deprecated location; see :func:`spatialiq_train.processor.load_processor`."""
-    from spatialiq_train.processor import load_processor as load
-
-    return load(path)
-
-
 def token_ids(tokenizer: Any) -> dict[str, int]:
     """The ids a Qwen2.5-VL config needs, read from the tokenizer."""
     conv = tokenizer.convert_tokens_to_ids

@@ -11,7 +11,7 @@ import pytest
 from _train_support import trace_row, write_traces
 
 from spatialiq_train.train.data import TraceError, load_split, read_traces, trace_to_example
-from spatialiq_train.train.logging import normalise_logs, read_metrics
+from spatialiq_train.train.logging import namespaced, read_metrics
 
 
 def test_sft_row_has_prompt_completion_and_resolved_image(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_load_split_decodes_images_and_skips_rows_without_answer(tmp_path: Path)
 def test_normalise_logs_adds_stable_names() -> None:
     logs = {"reward": 0.5, "rewards/exact_match/mean": 0.25, "rewards/format/mean": 1.0, "kl": 0.01,
             "clip_ratio/region_mean": 0.1, "completions/mean_length": 12.0, "note": "text", "bad": float("nan")}
-    out = normalise_logs(logs)
+    out = namespaced(logs)
     assert (out["reward/total/mean"], out["reward/exact_match/mean"], out["reward/format/mean"]) == (0.5, 0.25, 1.0)
     assert (out["train/clip_fraction"], out["rollout/length_mean"], out["train/kl"]) == (0.1, 12.0, 0.01)
     assert "note" not in out and "bad" not in out
@@ -82,10 +82,10 @@ def test_every_trl_name_lands_in_the_metric_table() -> None:
             "mean_token_accuracy": 0.7, "reward_std": 0.2, "rewards/format/std": 0.1, "reward/format/errors": 0.0,
             "completions/min_length": 3.0, "completions/max_length": 9.0, "completions/clipped_ratio": 0.25,
             "dynamic_sampling/kept_groups": 2.0, "eval_loss": 0.9, "eval_rewards/exact_match/mean": 0.4}
-    out = normalise_logs(logs)
+    out = namespaced(logs)
     assert len(out) == len(logs) and all(is_known(k) for k in out), sorted(k for k in out if not is_known(k))
     assert (out["rollout/clipped_share"], out["eval/exact_match"], out["eval/loss"]) == (0.25, 0.4, 0.9)
-    assert normalise_logs({"frac_reward_zero_std": 0.5}) == {"trl/frac_reward_zero_std": 0.5}  # kept, marked
+    assert namespaced({"frac_reward_zero_std": 0.5}) == {"trl/frac_reward_zero_std": 0.5}  # kept, marked
 
 
 def test_read_metrics_skips_a_torn_last_line(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.recipes import Recipe
-from spatialiq_train.train.export import export_final  # noqa: F401 - kept importable from here (moved to export)
 
 log = logging.getLogger(__name__)
 

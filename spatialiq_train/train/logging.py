@@ -76,10 +76,6 @@ def namespaced(logs: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-normalise_logs = namespaced
-"""The former name of `namespaced`."""
-
-
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a metrics.jsonl file; a torn last line (interrupted write) is skipped."""
     p = Path(path)

@@ -15,8 +15,8 @@ from pathlib import Path
 def main() -> None:
     from _train_support import tiny_recipe
 
-    from spatialiq_train.train.common import export_final
     from spatialiq_train.train.data import load_split
+    from spatialiq_train.train.export import export_final
     from spatialiq_train.train.sft import build_sft_trainer
 
     p = argparse.ArgumentParser()
