@@ -202,3 +202,27 @@ def test_release_merges_a_lora_adapter(tmp_path: Path) -> None:
     assert set(expected) == set(got)
     assert all(torch.allclose(expected[k], got[k], atol=1e-6) for k in expected)
     assert "Not evaluated" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    ("verify_missing", "--verify {t}/nope: no such folder"),
+    ("metrics_missing", "--metrics {t}/nometrics.json: no such file"),
+    ("data_without_manifest", "--data {t}: no manifest.json"),
+    ("out_is_the_run", "--out {t}/run is the run folder"),
+    ("out_holds_the_run", "--out {t} is the run folder {t}/run or holds it"),
+])
+def test_release_bad_input_is_one_error_line_naming_the_option(tmp_path: Path, case: str, expected: str) -> None:
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "config.json").write_text("{}", encoding="utf-8")
+    out = str(tmp_path / "rel")
+    args = {"verify_missing": ["--verify", str(tmp_path / "nope")],
+            "metrics_missing": ["--run", str(run), "--out", out, "--metrics", str(tmp_path / "nometrics.json")],
+            "data_without_manifest": ["--run", str(run), "--out", out, "--data", str(tmp_path)],
+            "out_is_the_run": ["--run", str(run), "--out", str(run), "--overwrite"],
+            "out_holds_the_run": ["--run", str(run), "--out", str(tmp_path), "--overwrite"]}[case]
+    res = CliRunner().invoke(app, ["release", *args])
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert res.exit_code == 2 and len(errors) == 1, res.output
+    assert errors[0].startswith("error: " + expected.format(t=tmp_path)), errors
+    assert not (tmp_path / "rel").exists() and (run / "final" / "config.json").is_file()

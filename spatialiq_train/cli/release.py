@@ -30,6 +30,8 @@ def release(
     from spatialiq_train.release.release import revision_tag, verify_release
 
     if verify is not None:
+        if not verify.is_dir():
+            raise UserError(f"--verify {verify}: no such folder; give a folder written by `spatialiq release`")
         _report(verify, verify_release(verify))
         return
     if run is None or out is None:

@@ -74,6 +74,9 @@ def data_facts(recipe: dict[str, Any] | None, data_root: Path | None) -> DataFac
 def _read_metrics(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
+    if not path.is_file():
+        raise ReleaseError(f"--metrics {path}: no such file; give the metrics_<name>.json that `spatialiq eval score` "
+                           "wrote, or leave --metrics out (the card then says 'not evaluated')")
     metrics = read_json(path)
     if not isinstance(metrics, dict) or "object_counting" not in metrics:
         raise ReleaseError(f"--metrics {path}: not a `spatialiq eval score` metrics file (no 'object_counting' key)")
@@ -97,8 +100,14 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
             overwrite: bool = False) -> Path:
     """Write the release of ``run`` into ``out`` (built in ``out.partial``, renamed when complete)."""
     run, out = Path(run), Path(out)
+    if out.resolve() == run.resolve() or out.resolve() in run.resolve().parents:
+        raise ReleaseError(f"--out {out} is the run folder {run} or holds it; replacing it would delete the run: "
+                           "pick another --out")
     if out.exists() and not overwrite:
         raise ReleaseError(f"{out} exists; pick a new --out or pass --overwrite to replace it")
+    if data_root is not None and not (Path(data_root) / "manifest.json").is_file():
+        raise ReleaseError(f"--data {data_root}: no manifest.json; give the dataset root `spatialiq gen` wrote "
+                           "(or leave --data out to use the recipe's data.data_root)")
     model_dir = find_model_dir(run)
     recipe_path = find_recipe(run, model_dir)
     recipe = _load_recipe_dict(recipe_path)
