@@ -98,3 +98,14 @@ def test_demo_refuses_a_missing_recipe_before_any_work(tmp_path: Path) -> None:
     said = result.output + str(result.exception)
     assert result.exit_code != 0 and "no_such_recipe" in said and "tiny_cpu" in said
     assert not (tmp_path / "d").exists()
+
+
+def test_demo_refuses_an_unknown_reward_before_any_work(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: r\nmodel: {tiny: true}\nreward:\n  weights: {no_such_reward: 1.0}\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "d"), "--recipe", str(recipe)])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and "reward.weights.no_such_reward" in errors[0], result.output
+    assert not (tmp_path / "d").exists()

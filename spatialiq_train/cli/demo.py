@@ -75,14 +75,15 @@ def demo(
     """
     from spatialiq_train.cli import VERBOSE_KEY
     from spatialiq_train.cli.steps import run_step
+    from spatialiq_train.cli.train import load_checked
     from spatialiq_train.errors import UserError
-    from spatialiq_train.recipes import load_recipe
 
     if renderer == "none":
         raise UserError("--renderer none has no images to train on; use mitsuba")
     if kind not in ("plain", "cot"):
         raise UserError(f"--kind must be plain or cot, got {kind!r}")
-    load_recipe(recipe)  # a missing or invalid recipe (or a directory) stops the demo before any work
+    # a missing or invalid recipe (or a directory, or an unknown reward) stops the demo before any work
+    load_checked(recipe, list(DEMO_TRAINING))
     steps = demo_steps(out, structures, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe,
                        kind)
     verbose = bool(ctx.meta.get(VERBOSE_KEY))
