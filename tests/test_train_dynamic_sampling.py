@@ -198,3 +198,14 @@ def test_training_step_logs_dynamic_sampling_counts(ds_env, tmp_path: Path) -> N
     assert [r["step"] for r in rows] == [1]
     assert rows[0]["dynamic_sampling/kept_groups"] == 2.0 and rows[0]["dynamic_sampling/dropped_groups"] == 0.0
     assert rows[0]["reward/total/mean"] == pytest.approx(0.5)
+
+
+def test_rl_trainer_rows_and_refills_come_at_the_recipe_pixel_budget(ds_env, tmp_path: Path) -> None:  # noqa: ANN001
+    from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
+
+    recipe, model, odd, *_ = ds_env
+    upscaled = recipe.model_copy(update={"model": recipe.model.model_copy(update={"min_pixels": 112 * 112})})
+    assert odd[0]["images"][0].size == (56, 56)
+    trainer, _ = build_rl_trainer(upscaled, model, odd, tmp_path, rewards=RewardSetup([parity_reward], [1.0], [True]))
+    assert trainer.train_dataset[0]["images"][0].size == (112, 112)  # what the refill draws read too
+    assert len(trainer.train_dataset) == len(odd)

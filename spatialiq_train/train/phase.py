@@ -127,10 +127,6 @@ def build_phase_trainer(
     check_versions("trl", "transformers", *(("vllm",) if spec.name == "rl" else ()), "deepspeed")
     out = Path(output_dir)
     processor = common.load_processor_for(recipe, model_path)
-    if spec.name == "rl":  # vLLM sees the images the trainer's processor sees (same image-token count)
-        from spatialiq_train.train.data import with_pixel_budget
-
-        train_dataset = with_pixel_budget(train_dataset, recipe.model.min_pixels, recipe.model.max_pixels)
     args = phase_config(spec, recipe, out)
     all_callbacks = [*_phase_callbacks(recipe, spec.name, out), *(callbacks or [])]
     trainer = spec.make_trainer(model_path, args, train_dataset, eval_dataset, processor, all_callbacks)

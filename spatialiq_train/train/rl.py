@@ -91,12 +91,16 @@ def _config_class(**kwargs: Any) -> Any:
 def _make_trainer(recipe: Recipe, rewards: RewardSetup) -> Any:
     def make(model_path: str, args: Any, train_dataset: Any, eval_dataset: Any, processor: Any,
              callbacks: list[Any]) -> Any:
+        from spatialiq_train.train.data import with_pixel_budget
         from spatialiq_train.train.dynamic_sampling import build_dynamic_sampling_trainer_class
 
         ds = recipe.rl.dynamic_sampling
+        # colocated vLLM re-processes raw images with the checkpoint's own budget: hand both sides images already
+        # at the recipe's target size, so the trainer and vLLM count the same image tokens
+        fitted = with_pixel_budget(train_dataset, recipe.model.min_pixels, recipe.model.max_pixels)
         return build_dynamic_sampling_trainer_class()(
             model=model_path,  # a path, so TRL can build the reference model from it when beta > 0
-            reward_funcs=rewards.funcs, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+            reward_funcs=rewards.funcs, args=args, train_dataset=fitted, eval_dataset=eval_dataset,
             processing_class=processor, peft_config=common.lora_config(recipe), callbacks=callbacks,
             dynamic_sampling=ds.enabled, max_refill_rounds=ds.max_refill_rounds,
             filter_reward_mask=rewards.filter_mask)
