@@ -115,10 +115,24 @@ def apply_pixel_budget(processor: Any, min_pixels: int | None, max_pixels: int |
     return processor
 
 
-def _image_only_class() -> type:
-    from spatialiq_train.tiny import _image_only_processor_class
+def image_only_processor_class() -> type:
+    """Qwen2.5-VL's processor class without the video processor, for machines without torchvision."""
+    from transformers import Qwen2_5_VLProcessor
+    from transformers.processing_utils import ProcessorMixin
 
-    return _image_only_processor_class()
+    class Qwen2_5_VLImageOnlyProcessor(Qwen2_5_VLProcessor):
+        """Qwen2.5-VL processor without the video processor (which needs torchvision)."""
+
+        attributes = ["image_processor", "tokenizer"]
+
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):  # noqa: ANN001
+            self.image_token = getattr(tokenizer, "image_token", "<|image_pad|>")
+            self.video_token = getattr(tokenizer, "video_token", "<|video_pad|>")
+            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    return Qwen2_5_VLImageOnlyProcessor
 
 
 def _video_processor_missing(exc: BaseException) -> bool:
@@ -158,7 +172,7 @@ def load_processor(path: str | Path, min_pixels: int | None = None, max_pixels: 
                 from exc
         log.debug("full processor needs torchvision (%s); loading the image-only processor", exc)
         try:
-            processor = _image_only_class().from_pretrained(str(folder))
+            processor = image_only_processor_class().from_pretrained(str(folder))
         except (ImportError, ValueError, TypeError, AttributeError, OSError) as exc2:
             raise ProcessorError(f"{folder}: the processor does not load ({type(exc2).__name__}: {exc2})") from exc2
     if getattr(processor, "image_processor", None) is None:

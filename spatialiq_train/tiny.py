@@ -84,25 +84,6 @@ def build_tokenizer(extra_corpus: list[str] | None = None, vocab_size: int = 102
     return fast
 
 
-def _image_only_processor_class() -> type:
-    from transformers import Qwen2_5_VLProcessor
-    from transformers.processing_utils import ProcessorMixin
-
-    class Qwen2_5_VLImageOnlyProcessor(Qwen2_5_VLProcessor):
-        """Qwen2.5-VL processor without the video processor (which needs torchvision)."""
-
-        attributes = ["image_processor", "tokenizer"]
-
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):  # noqa: ANN001
-            self.image_token = getattr(tokenizer, "image_token", "<|image_pad|>")
-            self.video_token = getattr(tokenizer, "video_token", "<|video_pad|>")
-            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
-            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
-
-    return Qwen2_5_VLImageOnlyProcessor
-
-
 def build_image_processor(min_pixels: int = 56 * 56, max_pixels: int = 448 * 448) -> Any:
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -124,7 +105,9 @@ def build_processor(tokenizer: Any, image_processor: Any | None = None) -> Any:
                                    chat_template=tokenizer.chat_template)
     except (AttributeError, ImportError, TypeError, ValueError) as exc:
         log.debug("Qwen2_5_VLProcessor unavailable (%s); using the image-only processor", exc)
-        cls = _image_only_processor_class()
+        from spatialiq_train.processor import image_only_processor_class
+
+        cls = image_only_processor_class()
         return cls(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
 
 
