@@ -47,7 +47,7 @@ class Completion:
 
 
 def _parse(line: str, path: Path, lineno: int) -> Completion:
-    obj = loads_json(line, f"{path}: line {lineno}")
+    obj = loads_json(line, f"{path}: line {lineno}", one_line=True)
     if not isinstance(obj, dict):
         raise InputError(f"{path}: line {lineno}: expected an object with view, task, sample, text")
     view, task, sample, text = obj.get("view"), obj.get("task"), obj.get("sample"), obj.get("text")

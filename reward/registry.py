@@ -110,6 +110,9 @@ def _load_dotted(path: str) -> RewardFn:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"reward {path!r}: cannot import module {module_name!r} ({exc})") from None
+    except Exception as exc:  # user code: a SyntaxError or any error its import raises is the module's fault
+        raise ValueError(f"reward {path!r}: importing module {module_name!r} raised "
+                         f"{type(exc).__name__}: {exc}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ValueError(f"reward {path!r}: module {module_name!r} has no callable {attr!r}")

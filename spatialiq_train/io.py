@@ -61,17 +61,17 @@ _SNIPPET_SIDE = 30
 """Characters of the offending line shown on each side of a JSON error."""
 
 
-def json_error_text(exc: json.JSONDecodeError, where: str) -> str:
+def json_error_text(exc: json.JSONDecodeError, where: str, *, one_line: bool = False) -> str:
     """One line for a JSON parse error: ``where``, line, column, the reason and the text around the error.
 
     The snippet is the offending line cut to a window around the column with ``<<here>>`` at the error,
     so a mistake in the middle of a long or minified file is shown where it is, not cut off; an error at the
-    very end says the text stops early (a file cut short by an interrupted write). One-line text (a JSONL
-    row, whose ``where`` names the file line) is located by column only; anything else by line and column.
+    very end says the text stops early (a file cut short by an interrupted write). ``one_line`` text (a JSONL
+    row, whose ``where`` already names the file line, or an option value) is located by column only; a file by
+    line and column.
     """
     doc, pos = exc.doc, exc.pos
-    row_named = where.startswith("--") or re.search(r"\d+$", where) is not None  # an option, a JSONL row
-    spot = f"column {exc.colno}" if row_named else f"line {exc.lineno}, column {exc.colno}"
+    spot = f"column {exc.colno}" if one_line else f"line {exc.lineno}, column {exc.colno}"
     if not doc[pos:].strip():
         last_line = doc.rstrip().rsplit("\n", 1)[-1]
         return (f"{where}: invalid JSON at {spot}: {exc.msg}; the text ends before the JSON value does "
@@ -86,12 +86,13 @@ def json_error_text(exc: json.JSONDecodeError, where: str) -> str:
     return f"{where}: invalid JSON at {spot}: {exc.msg}, at {left}<<here>>{right}"
 
 
-def loads_json(text: str, where: str) -> Any:
-    """``json.loads`` whose error is an InputError naming ``where`` (a file and line, or an option) and the spot."""
+def loads_json(text: str, where: str, *, one_line: bool = False) -> Any:
+    """``json.loads`` whose error is an InputError naming ``where`` (a file, a file and line, or an option) and the
+    spot (``one_line``: a JSONL row or an option value, located by column)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(json_error_text(exc, where)) from None
+        raise InputError(json_error_text(exc, where, one_line=one_line)) from None
 
 
 def read_text(path: str | Path, what: str = "") -> str:

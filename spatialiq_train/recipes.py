@@ -128,6 +128,8 @@ def _describe(exc: ValidationError, source: str, data: dict[str, Any] | None = N
             got = err.get("input")
             shown = "" if isinstance(got, dict) else f" (got {got!r})"
             lines.append(f"  {path or '<top>'}: {err['msg']}{shown}")
+    if len(lines) == 2:  # one problem: one line, naming the file and the key
+        return f"{lines[0]}: {lines[1].strip()}"
     return "\n".join(lines)
 
 

@@ -423,3 +423,14 @@ def test_cli_score_with_gt_file(tmp_path) -> None:
     result = CliRunner().invoke(app, ["reward", "score", "-r", "stepwise", "--gt", str(gt), "-c", GOLD])
     assert result.exit_code == 0, result.output
     assert result.output.strip().splitlines()[-1] == "1"
+
+
+def test_a_reward_module_that_fails_to_import_is_named(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """A user module whose import raises (not only ImportError) is one ValueError naming the module."""
+    (tmp_path / "broken_rewards_xyz.py").write_text("raise RuntimeError('half-written module')\n")
+    (tmp_path / "bad_syntax_rewards_xyz.py").write_text("def f(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="'broken_rewards_xyz' raised RuntimeError: half-written module"):
+        get_reward("broken_rewards_xyz:fn")
+    with pytest.raises(ValueError, match="'bad_syntax_rewards_xyz' raised SyntaxError"):
+        get_reward("bad_syntax_rewards_xyz:fn")

@@ -17,7 +17,7 @@ def _parse_spec(text: str) -> Any:
     from spatialiq_train.io import loads_json
 
     if text.lstrip().startswith("{"):
-        return loads_json(text, "--reward (a JSON weight mapping)")
+        return loads_json(text, "--reward (a JSON weight mapping)", one_line=True)
     return text
 
 

@@ -40,7 +40,7 @@ def read_traces(path: str | Path, limit: int | None = None) -> list[dict[str, An
             if not line.strip():
                 continue
             try:
-                row = loads_json(line, f"{p}:{lineno}")
+                row = loads_json(line, f"{p}:{lineno}", one_line=True)
             except InputError as exc:
                 raise TraceError(exc.message) from None
             if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
