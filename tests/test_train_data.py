@@ -116,3 +116,14 @@ def test_rl_images_reach_trainer_and_vllm_at_one_token_count(tmp_path: Path) -> 
     w, h = rows[0]["images"][0].size
     assert tokens_for(h, w, *recipe_budget) == tokens_for(h, w, *qwen_defaults) == 256
     assert fitted.column_names == raw.column_names and len(fitted) == len(raw)
+
+
+def test_rl_errors_name_the_file_line_after_skipped_rows(tmp_path: Path) -> None:
+    """Rows without an answer are skipped, yet a later bad row is named by its own line in the file."""
+    traces = write_traces(tmp_path, "rl", 3, np.random.default_rng(0), answer=lambda i: i)
+    rows = [json.loads(line) for line in (traces / "rl.jsonl").read_text().splitlines()]
+    rows[0]["answer"] = None
+    rows[2]["messages"][1]["content"][0]["image"] = "../outside.png"
+    (traces / "rl.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(TraceError, match=r"rl\.jsonl:row 3: .*escapes"):
+        load_split(traces, "rl", tmp_path, "rl")

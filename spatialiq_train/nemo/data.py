@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.errors import UserError
-from spatialiq_train.train.data import Mode, TraceError, read_traces, split_file, trace_to_example
+from spatialiq_train.train.data import Mode, TraceError, load_examples
 
 log = logging.getLogger(__name__)
 
@@ -46,28 +46,15 @@ def load_rows(traces_dir: str | Path, split: str, data_root: str | Path, mode: M
               limit: int | None = None) -> list[dict[str, Any]]:
     """``<traces_dir>/<split>.jsonl`` as dataset rows: the TRL example (absolute image paths) plus ``task_name``.
 
-    Rows are checked here, at startup: a bad row, or an image path escaping ``data_root``, raises naming the
-    file and line. RL skips rows without an integer ``answer`` (they are not prompts with a verifiable answer).
+    Rows are checked here, at startup (``train.data.load_examples``, the reader the TRL path uses): a bad row, or
+    an image path escaping ``data_root``, raises naming the file and line. RL skips rows without an integer
+    ``answer`` (they are not prompts with a verifiable answer).
     """
-    path = split_file(traces_dir, split)
     try:
-        rows = read_traces(path, limit=limit)
+        examples = load_examples(traces_dir, split, data_root, mode, limit)
     except TraceError as exc:
-        raise DatumError(str(exc)) from None
-    out: list[dict[str, Any]] = []
-    for lineno, row in enumerate(rows, start=1):
-        if mode == "rl" and row.get("answer") is None:
-            continue
-        try:
-            example = trace_to_example(row, data_root, mode, where=f"{path}:row {lineno}")
-        except TraceError as exc:
-            raise DatumError(str(exc)) from None
-        except ValueError as exc:  # an image path escaping the root (spatialiq_train.io.resolve_inside)
-            raise DatumError(f"{path}:row {lineno}: {exc}") from None
-        out.append({**example, "task_name": TASK_NAME})
-    if not out:
-        raise DatumError(f"{path}: no rows usable for {mode} (RL needs rows with an integer 'answer')")
-    return out
+        raise DatumError(exc.message) from None
+    return [{**example, "task_name": TASK_NAME} for example in examples]
 
 
 def chat_messages(example: dict[str, Any], images: Sequence[Any], mode: Mode) -> list[dict[str, Any]]:

@@ -107,23 +107,41 @@ def split_file(traces_dir: str | Path, split: str) -> Path:
     return Path(traces_dir) / f"{split}.jsonl"
 
 
-def load_split(
+def load_examples(
     traces_dir: str | Path, split: str, data_root: str | Path, mode: Mode, limit: int | None = None
-) -> Any:
-    """Read `<traces_dir>/<split>.jsonl` into a `datasets.Dataset` for the given trainer."""
+) -> list[dict[str, Any]]:
+    """`<traces_dir>/<split>.jsonl` as trainer examples (absolute image paths), checked row by row.
+
+    RL skips rows without an integer ``answer`` (e.g. task1 rows of a plain trace file: no verifiable answer).
+    A bad row, or an image path escaping ``data_root``, is a TraceError naming the file and its row (line).
+    Both engines read traces through this: TRL via :func:`load_split`, NeMo-RL via ``nemo.data.load_rows``.
+    """
     path = split_file(traces_dir, split)
     rows = read_traces(path, limit=limit)
     if not rows:
         raise TraceError(f"{path}: no rows")
-    if mode == "rl":
-        usable = [r for r in rows if r.get("answer") is not None]
-        if len(usable) < len(rows):
-            log.info("%s: %d rows without an integer answer are not RL prompts; skipped", path, len(rows) - len(usable))
-        rows = usable
-    examples = [trace_to_example(r, data_root, mode, where=f"{path}:row {i + 1}") for i, r in enumerate(rows)]
+    examples: list[dict[str, Any]] = []
+    for lineno, row in enumerate(rows, start=1):
+        if mode == "rl" and row.get("answer") is None:
+            continue
+        try:
+            examples.append(trace_to_example(row, data_root, mode, where=f"{path}:row {lineno}"))
+        except TraceError:
+            raise
+        except ValueError as exc:  # an image path escaping the root (spatialiq_train.io.resolve_inside)
+            raise TraceError(f"{path}:row {lineno}: {exc}") from None
+    if len(examples) < len(rows):
+        log.info("%s: %d rows without an integer answer are not RL prompts; skipped", path, len(rows) - len(examples))
     if not examples:
-        raise TraceError(f"{path}: no rows usable for {mode}")
-    return examples_to_dataset(examples)
+        raise TraceError(f"{path}: no rows usable for {mode} (RL needs rows with an integer 'answer')")
+    return examples
+
+
+def load_split(
+    traces_dir: str | Path, split: str, data_root: str | Path, mode: Mode, limit: int | None = None
+) -> Any:
+    """Read `<traces_dir>/<split>.jsonl` into a `datasets.Dataset` for the given trainer."""
+    return examples_to_dataset(load_examples(traces_dir, split, data_root, mode, limit))
 
 
 def examples_to_dataset(examples: list[dict[str, Any]]) -> Any:
