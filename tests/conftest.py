@@ -13,6 +13,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+ENGINE_STAGE = os.environ.get("SIQ_ENGINE_STAGE", "")
+"""Which engine-contract stage this run is (``nemo`` or ``engines``), set by ``tests/engines/run.sh``; empty in the
+main suite, which then does not collect ``tests/engines/`` (those tests need their own virtual environments)."""
+
+collect_ignore_glob = [] if ENGINE_STAGE else ["engines/*"]
+
 SHARED_DIR = Path(__file__).resolve().parents[2] / "shared"
 """The shared/ folder beside the project root (docs, fixtures); absent on some machines."""
 
