@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from spatialiq_train.nemo.contract import checkpoint_metric, data_entries, env_entries, plan_data, validates
+from spatialiq_train.nemo.contract import (checkpoint_metric, data_entries, env_entries, phase_values, plan_data,
+                                           validates)
 from spatialiq_train.nemo.recipe_values import RELEASED_GRPO, RELEASED_SFT, NemoValues, PhaseValues
 from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase
 
@@ -138,7 +139,6 @@ def _policy(v: NemoValues, par: Parallelism, *, model: str, phase: Phase, global
             "fused": False}},
     }
     if rl:
-        policy["generation_batch_size"] = RELEASED_GRPO["generation_batch_size"]
         policy["generation"] = _generation(v, par)
     return policy
 
@@ -160,8 +160,9 @@ def _generation(v: NemoValues, par: Parallelism) -> dict[str, Any]:
 
 def _data(v: NemoValues, plan: DataPlan, phase: Phase) -> dict[str, Any]:
     data: dict[str, Any] = {"max_input_seq_length": v.max_seq_len, "shuffle": True, "num_workers": 1}
-    if phase == "sft":
-        data.update(add_bos=True, add_eos=True, add_generation_prompt=RELEASED_SFT["add_generation_prompt"])
+    if phase == "rl":
+        # typed NotRequired in v0.7.0, but grpo.setup reads data["use_multiple_dataloader"] directly
+        data["use_multiple_dataloader"] = False
     return {**data, **data_entries(plan, phase)}
 
 
@@ -171,16 +172,24 @@ def _logger(v: NemoValues, run_dir: str, phase: Phase) -> dict[str, Any]:
         "wandb_enabled": v.wandb, "tensorboard_enabled": v.tensorboard, "mlflow_enabled": False,
         "swanlab_enabled": False, "monitor_gpus": True,
         "wandb": {"project": v.wandb_project, "name": f"{v.recipe_name}-{phase}"},
-        "tensorboard": {"log_dir": f"{run_dir}/tensorboard"},
+        # v0.7.0 ignores tensorboard.log_dir: it always writes under <log_dir>/exp_NNN/tensorboard
+        "tensorboard": {},
         "gpu_monitoring": {"collection_interval": 10, "flush_interval": 10},
     }
+
+
+def save_period(v: NemoValues, plan: DataPlan, phase: Phase) -> int:
+    """As released: a checkpoint at every validation (save_period = val_period: 20 RL, 50 SFT), so keep_top_k
+    ranks every validated step; without validation, the recipe's `logging.save_steps`."""
+    every = phase_values(v, phase).val_every
+    return every if plan.val_split is not None and every else v.save_period
 
 
 def _checkpointing(v: NemoValues, run_dir: str, plan: DataPlan, phase: Phase) -> dict[str, Any]:
     # A fixed checkpoint_dir is what resumes: NeMo-RL restarts from the newest step_N in it.
     metric, higher = checkpoint_metric(plan, phase)
     return {"enabled": True, "checkpoint_dir": f"{run_dir}/checkpoints", "metric_name": metric,
-            "higher_is_better": higher, "keep_top_k": v.keep_top_k, "save_period": v.save_period,
+            "higher_is_better": higher, "keep_top_k": v.keep_top_k, "save_period": save_period(v, plan, phase),
             "checkpoint_must_save_by": None, "model_save_format": "safetensors",
             "save_consolidated": True, "save_optimizer": True}
 
@@ -213,7 +222,7 @@ def _grpo(v: NemoValues, max_steps: int, validate: bool) -> dict[str, Any]:
         "dynamic_sampling_max_gen_batches": v.max_gen_batches,
         # DAPO overlong shaping: penalty grows linearly over the last `buffer` tokens before max_response_length
         "reward_shaping": {"enabled": v.overlong_shaping, "overlong_buffer_length": v.overlong_buffer,
-                           "overlong_buffer_penalty": v.overlong_penalty, "max_response_length": v.max_new_tokens,
+                           "overlong_buffer_penalty": v.overlong_penalty, "max_response_length": v.overlong_max_len,
                            "stop_properly_penalty_coef": None},
         "reward_scaling": {"enabled": False, "source_min": 0.0, "source_max": 1.0, "target_min": 0.0,
                            "target_max": 1.0},
@@ -234,12 +243,21 @@ def _loss(v: NemoValues) -> dict[str, Any]:
     }
 
 
-def _check_batch(global_batch: int, nodes: int, gpus_per_node: int, policy_tp: int, what: str) -> None:
+def _check_batch(global_batch: int, nodes: int, gpus_per_node: int, policy_tp: int, what: str) -> int:
+    """The data-parallel size, after checking that the global batch divides among its ranks."""
     dp = nodes * gpus_per_node // policy_tp
     if global_batch % dp:
         raise ValueError(f"--nodes {nodes} x --gpus-per-node {gpus_per_node} gives {dp} data-parallel policy ranks "
                          f"(tensor parallel {policy_tp}); the {what} global batch {global_batch} must divide "
                          f"evenly among them: choose --nodes so that the rank count divides {global_batch}")
+    return dp
+
+
+def sft_val_batch(dp: int) -> int:
+    """The released validation batch (8) rounded up to a multiple of the data-parallel size: v0.7.0's SFT
+    validation calls ``policy.train(gbs=<batch>)``, which asserts the batch divides among the ranks."""
+    released = RELEASED_SFT["val_global_batch_size"]
+    return -(-released // dp) * dp
 
 
 def _cluster(nodes: int, gpus_per_node: int) -> dict[str, int]:
@@ -257,7 +275,8 @@ def grpo_config(v: NemoValues, settings: DriverSettings, nodes: int, gpus_per_no
     _check_batch(global_batch, nodes, gpus_per_node, par.policy_tp, "GRPO")
     sched, note = lr_schedule(v.rl.scheduler, v.rl.warmup, max_steps, v.rl.warmup_start)
     policy = _policy(v, par, model=v.rl_init or v.base_model, phase="rl", global_batch=global_batch)
-    policy["scheduler"] = sched
+    if sched is not None:  # v0.7.0's DTensor set-up iterates policy.scheduler whenever the key exists
+        policy["scheduler"] = sched
     config = {
         SECTION: settings.model_dump(),
         "grpo": _grpo(v, max_steps, validates(v, "rl")), "loss_fn": _loss(v), "policy": policy,
@@ -284,12 +303,13 @@ def sft_config(v: NemoValues, settings: DriverSettings, nodes: int, gpus_per_nod
     plan = plan_data(v, "sft", settings.recipe)
     run_dir = run_dir or f"{v.output_dir}/nemo_rl/sft"
     global_batch = RELEASED_SFT["train_global_batch_size"]
-    _check_batch(global_batch, nodes, gpus_per_node, par.policy_tp, "SFT")
+    dp = _check_batch(global_batch, nodes, gpus_per_node, par.policy_tp, "SFT")
     sched, note = lr_schedule(v.sft.scheduler, v.sft.warmup, v.sft.max_steps, v.sft.warmup_start)
     policy = _policy(v, par, model=v.base_model, phase="sft", global_batch=global_batch)
-    policy["scheduler"] = sched
+    if sched is not None:  # v0.7.0's DTensor set-up iterates policy.scheduler whenever the key exists
+        policy["scheduler"] = sched
     on = validates(v, "sft")
-    val_batch = RELEASED_SFT["val_global_batch_size"]
+    val_batch = sft_val_batch(dp)
     sft = {"max_num_epochs": v.sft.epochs, "max_num_steps": v.sft.max_steps or RELEASED_SFT["max_num_steps"],
            "val_period": v.sft.val_every if on else 0,
            "val_batches": -(-v.sft.val_samples // val_batch) if on and v.sft.val_samples else 0,   # 0: all

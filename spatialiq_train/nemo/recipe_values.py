@@ -30,7 +30,6 @@ RELEASED_GRPO: dict[str, Any] = {
     "max_total_sequence_length": 2048,      # policy.max_total_sequence_length (when vllm.max_model_len is null)
     "train_micro_batch_size": 1,            # policy.train_micro_batch_size
     "logprob_batch_size": 4,                # policy.logprob_batch_size
-    "generation_batch_size": 32,            # policy.generation_batch_size
     "adam_eps": 1e-8,                       # policy.optimizer.kwargs.eps
     # policy.generation.vllm_cfg.gpu_memory_utilization. The recipe's vllm.gpu_memory_utilization is tuned for
     # TRL's colocate mode, where the training model stays resident while vLLM generates (0.3 in the DAPO-paper
@@ -44,8 +43,6 @@ RELEASED_SFT: dict[str, Any] = {
     "max_num_steps": 1_000_000,             # sft.max_num_steps (epochs decide)
     "val_global_batch_size": 8,             # sft.val_global_batch_size (sft.val_batches: max_samples / 8)
     "adam_eps": 1e-8,
-    # data.add_generation_prompt: false (the assistant header is part of the trained assistant turn)
-    "add_generation_prompt": False,
 }
 
 
@@ -107,6 +104,8 @@ class NemoValues:
     overlong_shaping: bool
     overlong_buffer: int
     overlong_penalty: float
+    overlong_max_len: int
+    """Where the overlong window ends (`rl.overlong.max_response_length`, else the completion budget)."""
     # generation
     max_new_tokens: int
     temperature: float
@@ -176,6 +175,7 @@ def _rl_values(recipe: Recipe) -> dict[str, Any]:
         max_gen_batches=max_gen_batches(r.dynamic_sampling.max_refill_rounds, r.dynamic_sampling.enabled),
         overlong_shaping=r.overlong.enabled, overlong_buffer=r.overlong.buffer_length,
         overlong_penalty=r.overlong.penalty,
+        overlong_max_len=r.overlong.max_response_length or recipe.generation.max_completion_length,
     )
 
 
