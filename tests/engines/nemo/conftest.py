@@ -53,7 +53,6 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import signal
     import socket
     import subprocess
-    import time
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -66,9 +65,20 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Any:
         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"127.0.0.1:{port}"
     os.environ["RAY_ADDRESS"] = address
-    deadline = time.monotonic() + 120
+    try:
+        _wait_for_head(address, proc)
+        yield address
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def _wait_for_head(address: str, proc: Any) -> None:
+    import time
+
     import ray
 
+    deadline = time.monotonic() + 120
     while True:
         try:
             ray.init(address=address, log_to_driver=False)
@@ -78,9 +88,6 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 raise
             time.sleep(1)
     ray.shutdown()
-    yield address
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=60)
 
 
 @pytest.fixture
