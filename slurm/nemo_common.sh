@@ -84,9 +84,9 @@ siq_defaults() {
   done
   ((RAY_MIN_WORKER_PORT < RAY_MAX_WORKER_PORT)) ||
     siq_die "RAY_MIN_WORKER_PORT=$RAY_MIN_WORKER_PORT must be below RAY_MAX_WORKER_PORT=$RAY_MAX_WORKER_PORT"
-  # The environment every container step gets (srun passes the job's environment into the container).
-  SIQ_CTR_ENV=("PYTHONPATH=$PROJECT${PYDEPS:+:$PYDEPS}" "HF_HOME=$HF_HOME" "WANDB_MODE=$WANDB_MODE"
-    "RAY_ENABLE_UV_RUN_RUNTIME_ENV=0")
+  # The environment every container step gets: srun passes the job's exported variables into the container, where
+  # pyxis lets an image's own ENV win; the v0.7.0 image (docker/Dockerfile) sets none of these.
+  SIQ_CTR_ENV=("PYTHONPATH=$PROJECT${PYDEPS:+:$PYDEPS}" "HF_HOME=$HF_HOME" "WANDB_MODE=$WANDB_MODE")
   if [[ $SIQ_HF_OFFLINE == 1 ]]; then SIQ_CTR_ENV+=(HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1); fi
   local kv
   for kv in "${SIQ_CTR_ENV[@]}"; do export "${kv?}"; done
