@@ -520,3 +520,33 @@ def test_shellcheck_clean():
     scripts = sorted(str(p) for p in SLURM.glob("*.sh"))
     proc = subprocess.run(["shellcheck", "-x", *scripts], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout
+
+
+# -- docs/cluster.md matches the scripts ------------------------------------------------------------------------------
+
+DOCS = ROOT / "docs" / "cluster.md"
+
+
+def test_the_documented_smoke_test_passes_the_dry_run_check(fake_slurm):
+    text = DOCS.read_text(encoding="utf-8")
+    smoke = text[text.index("**First-job smoke test.**"):]
+    extra = re.search(r'EXTRA_SETS="([^"]+)"', smoke).group(1)
+    assert "rl.max_steps=2" in extra
+    proc, calls = run("dapo_7b.sh", fake_slurm, 1, in_job=False, DRY_RUN="1", INIT_FROM="none", EXTRA_SETS=extra)
+    assert proc.returncode == 0, proc.stderr
+    gen = next(c for c in plan(proc.stdout) if "nemo-rl" in c)
+    assert [gen[i + 1] for i, a in enumerate(gen) if a == "--set"][-4:] == extra.split()
+    # the same short run without the lowered validation periods is refused before anything is submitted
+    proc, calls = run("dapo_7b.sh", fake_slurm, 1, in_job=False, DRY_RUN="1", INIT_FROM="none",
+                      EXTRA_SETS="rl.max_steps=2 logging.save_steps=2")
+    assert proc.returncode == 2 and "save_steps" in proc.stderr and calls == []
+
+
+def test_documented_ray_port_defaults_are_the_scripts():
+    common = (SLURM / "nemo_common.sh").read_text(encoding="utf-8")
+    defaults = dict(re.findall(r'"\$\{(RAY_[A-Z_]*PORT):=(\d+)\}"', common))
+    assert len(defaults) == 10
+    rows = [line for line in DOCS.read_text(encoding="utf-8").splitlines() if line.startswith("|") and "RAY_" in line]
+    for var, value in defaults.items():
+        (row,) = [r for r in rows if f"`{var}`" in r]
+        assert value in row, (var, value, row)
