@@ -31,7 +31,8 @@
 #   DRY_RUN=1  check the settings (training scripts: NODES, GPUS_PER_NODE, PHASE and RECIPE through
 #              `spatialiq recipes nemo-rl` itself, run with SIQ_PYTHON, default python3, into a temporary file),
 #              print the container environment and mounts and every command (sbatch, srun, container, driver),
-#              and exit 0; nothing is created or submitted. A bad value exits 2 with the reason.
+#              and exit 0; nothing is created or submitted. A bad value exits 2 with the reason. A real submission
+#              runs the same checks first (the recipe check when SIQ_PYTHON can import the project).
 #   Ray: HEAD_IP (default: the head node's IPv4 address from getent), RAY_NOFILE (65535: `ulimit -n` of every Ray
 #   process), RAY_WAIT_S (1800: how long to wait for all Ray nodes, first image pulls included; polled every
 #   RAY_POLL_S, 10, seconds), and the ports, all
@@ -305,11 +306,20 @@ siq_train_sets() {
   for extra in ${EXTRA_SETS:-}; do SIQ_SETS+=(--set "$extra"); done
 }
 
-# DRY_RUN: NODES, GPUS_PER_NODE, PHASE and RECIPE go through `spatialiq recipes nemo-rl` itself (the job's first
-# step), written to a temporary folder that is removed again. Needs the project's Python on this node (SIQ_PYTHON).
+# NODES, GPUS_PER_NODE, PHASE and RECIPE go through `spatialiq recipes nemo-rl` itself (the job's first step), with
+# the job's --set overrides, written to a temporary folder that is removed again. Needs the project's Python on this
+# node (SIQ_PYTHON): under DRY_RUN always; before a real submission when that Python can import the project (else a
+# note says the check is left to the job's first step). Inside a real job the first step is the check.
 siq_train_check() {
-  [[ $DRY_RUN == 1 ]] || return 0
   local py=${SIQ_PYTHON:-python3} tmp rc=0
+  if [[ $DRY_RUN != 1 ]]; then
+    [[ -z ${SLURM_JOB_ID:-} ]] || return 0
+    if ! "$py" -c 'import spatialiq_train.cli' >/dev/null 2>&1; then
+      echo "note: recipe check skipped: $py cannot import spatialiq_train here (set SIQ_PYTHON to the project's" \
+        "Python); the job's first step checks instead" >&2
+      return 0
+    fi
+  fi
   siq_train_sets
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/siq-check.XXXXXX")
   "$py" -m spatialiq_train.cli recipes nemo-rl "$RECIPE" --phase "$PHASE" --out "$tmp/config.yaml" \

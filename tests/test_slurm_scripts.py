@@ -375,6 +375,17 @@ def test_dry_run_refuses_bad_settings(fake_slurm, env, message, in_job):
     assert not (fake_slurm / "out").exists()
 
 
+def test_submission_runs_the_same_check_first(fake_slurm):
+    proc, calls = run("dapo_32b.sh", fake_slurm, 3, in_job=False)
+    assert proc.returncode == 2 and "must divide evenly" in proc.stderr
+    assert calls == [] and not (fake_slurm / "out").exists()  # refused before anything is created or submitted
+    # without the project's Python on the login node the job's first step is left to check, and says so
+    proc, calls = run("dapo_32b.sh", fake_slurm, 3, in_job=False, SIQ_PYTHON="no-such-python")
+    assert proc.returncode == 0, proc.stderr
+    assert "recipe check skipped: no-such-python cannot import spatialiq_train" in proc.stderr
+    assert [c[0] for c in calls] == ["sbatch"]
+
+
 def test_dry_run_check_without_the_project_python_says_so(fake_slurm):
     proc, calls = run("sft_cot_32b.sh", fake_slurm, 4, in_job=False, DRY_RUN="1", SIQ_PYTHON="no-such-python")
     assert proc.returncode == 2 and calls == [] and "SIQ_PYTHON=no-such-python" in proc.stderr
