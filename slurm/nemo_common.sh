@@ -37,14 +37,15 @@
 #   process), RAY_WAIT_S (1800: how long to wait for all Ray nodes, first image pulls included; polled every
 #   RAY_POLL_S, 10, seconds), and the ports, all
 #   below Linux's ephemeral range (32768-60999) and clear of the ranges NeMo-RL v0.7.0 itself uses (11001-28000):
-#   RAY_PORT (GCS, 6379), RAY_CLIENT_SERVER_PORT (10001), RAY_MIN_WORKER_PORT/RAY_MAX_WORKER_PORT (10002/11000),
+#   RAY_PORT (GCS, 6379), RAY_CLIENT_SERVER_PORT (10001), RAY_DASHBOARD_PORT (8265; the dashboard is off, but its
+#   minimal head process still takes the port), RAY_MIN_WORKER_PORT/RAY_MAX_WORKER_PORT (10002/11000),
 #   RAY_NODE_MANAGER_PORT (29001), RAY_OBJECT_MANAGER_PORT (29002), RAY_RUNTIME_ENV_AGENT_PORT (29003),
 #   RAY_DASHBOARD_AGENT_GRPC_PORT (29004), RAY_DASHBOARD_AGENT_LISTEN_PORT (29005), RAY_METRICS_EXPORT_PORT (29006).
 
 SIQ_EXIT_DYNAMIC_SAMPLING_CAP=3  # spatialiq_train/nemo/driver.py EXIT_DYNAMIC_SAMPLING_CAP
-SIQ_RAY_PORT_VARS=(RAY_PORT RAY_CLIENT_SERVER_PORT RAY_MIN_WORKER_PORT RAY_MAX_WORKER_PORT RAY_NODE_MANAGER_PORT
-  RAY_OBJECT_MANAGER_PORT RAY_RUNTIME_ENV_AGENT_PORT RAY_DASHBOARD_AGENT_GRPC_PORT RAY_DASHBOARD_AGENT_LISTEN_PORT
-  RAY_METRICS_EXPORT_PORT)
+SIQ_RAY_PORT_VARS=(RAY_PORT RAY_CLIENT_SERVER_PORT RAY_DASHBOARD_PORT RAY_MIN_WORKER_PORT RAY_MAX_WORKER_PORT
+  RAY_NODE_MANAGER_PORT RAY_OBJECT_MANAGER_PORT RAY_RUNTIME_ENV_AGENT_PORT RAY_DASHBOARD_AGENT_GRPC_PORT
+  RAY_DASHBOARD_AGENT_LISTEN_PORT RAY_METRICS_EXPORT_PORT)
 
 siq_die() {  # print an error and stop the script (status 2: bad settings)
   echo "error: $*" >&2
@@ -65,7 +66,7 @@ siq_defaults() {
   : "${DATA:=$PROJECT/data}" "${OUT:=$PROJECT/runs/$JOB_NAME}" "${WANDB_MODE:=offline}"
   : "${HF_HOME:=${XDG_CACHE_HOME:-$HOME/.cache}/huggingface}" "${SIQ_HF_OFFLINE:=1}"
   : "${RAY_NOFILE:=65535}" "${RAY_WAIT_S:=1800}" "${RAY_POLL_S:=10}" "${RAY_PORT:=6379}"
-  : "${RAY_CLIENT_SERVER_PORT:=10001}"
+  : "${RAY_CLIENT_SERVER_PORT:=10001}" "${RAY_DASHBOARD_PORT:=8265}"
   : "${RAY_MIN_WORKER_PORT:=10002}" "${RAY_MAX_WORKER_PORT:=11000}" "${RAY_NODE_MANAGER_PORT:=29001}"
   : "${RAY_OBJECT_MANAGER_PORT:=29002}" "${RAY_RUNTIME_ENV_AGENT_PORT:=29003}"
   : "${RAY_DASHBOARD_AGENT_GRPC_PORT:=29004}" "${RAY_DASHBOARD_AGENT_LISTEN_PORT:=29005}"
@@ -261,7 +262,8 @@ siq_ray_job() {
   siq_run "${on_head[@]}" python -m spatialiq_train.cli recipes nemo-rl "$RECIPE" --phase "$phase" --out "$cfg" \
     --nodes "${#nodes[@]}" --gpus-per-node "$GPUS_PER_NODE" "$@"
   siq_ray_start_cmd --head --node-ip-address="$head_ip" --port="$RAY_PORT" \
-    --ray-client-server-port="$RAY_CLIENT_SERVER_PORT" --include-dashboard=false "${ray_opts[@]}"
+    --ray-client-server-port="$RAY_CLIENT_SERVER_PORT" --include-dashboard=false \
+    --dashboard-port="$RAY_DASHBOARD_PORT" "${ray_opts[@]}"
   siq_run --bg srun --overlap --nodes=1 --ntasks=1 --nodelist="$head" --gres="gpu:$GPUS_PER_NODE" "${SIQ_CTR[@]}" \
     "${SIQ_RAY_START[@]}"
   [[ $DRY_RUN == 1 ]] || pids+=("$SIQ_BG_PID")

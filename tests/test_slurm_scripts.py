@@ -302,6 +302,7 @@ def test_ray_addresses_ports_and_wait(fake_slurm):
     (head,) = [ray_args(c) for c in ray_starts(cmds) if "--head" in c]
     (worker,) = [ray_args(c) for c in ray_starts(cmds) if "--head" not in c]
     assert head[:1] == ["--head"] and "--node-ip-address=10.0.0.0" in head and "--port=6379" in head
+    assert "--dashboard-port=8265" in head and "--include-dashboard=false" in head
     assert "--address=10.0.0.0:6379" in worker and "--block" in head and "--block" in worker
     for args in (head, worker):
         ports = {a.split("=")[0]: int(a.split("=")[1]) for a in args if re.fullmatch(r"--[a-z-]*port=\d+", a)}
@@ -349,6 +350,18 @@ def test_a_ray_step_that_dies_ends_the_wait(fake_slurm):
                       RAY_POLL_S="1")
     assert proc.returncode == 1 and "ended before Ray reached 1 nodes" in proc.stderr
     assert not any("nemo" in c and "rl" in c and "--config" in c for c in calls)  # no driver without Ray
+
+
+def test_every_ray_start_flag_is_one_ray_knows(fake_slurm):
+    ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    if ray is None:
+        pytest.skip("Ray is not installed here")
+    known = set(re.findall(r"^\s+(--[a-z][a-z0-9-]*)", subprocess.run(
+        [ray, "start", "--help"], capture_output=True, text=True, timeout=120).stdout, re.M))
+    assert {"--head", "--address", "--block"} <= known
+    proc, _ = run("dapo_32b.sh", fake_slurm, 2, in_job=True, DRY_RUN="1")
+    flags = {a.split("=")[0] for c in ray_starts(plan(proc.stdout)) for a in ray_args(c) if a.startswith("--")}
+    assert len(flags) >= 15 and flags <= known, sorted(flags - known)
 
 
 # -- DRY_RUN checks: the same as `spatialiq recipes nemo-rl` ------------------------------------------------------
@@ -556,7 +569,7 @@ def test_the_documented_smoke_test_passes_the_dry_run_check(fake_slurm):
 def test_documented_ray_port_defaults_are_the_scripts():
     common = (SLURM / "nemo_common.sh").read_text(encoding="utf-8")
     defaults = dict(re.findall(r'"\$\{(RAY_[A-Z_]*PORT):=(\d+)\}"', common))
-    assert len(defaults) == 10
+    assert len(defaults) == 11
     rows = [line for line in DOCS.read_text(encoding="utf-8").splitlines() if line.startswith("|") and "RAY_" in line]
     for var, value in defaults.items():
         (row,) = [r for r in rows if f"`{var}`" in r]
