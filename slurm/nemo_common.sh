@@ -219,18 +219,21 @@ siq_wait_ray() {  # $1: head node, $2: node count, rest: pids of the background 
     echo "# (repeated every $RAY_POLL_S s for at most RAY_WAIT_S=$RAY_WAIT_S s, until $want Ray nodes are up)"
     return 0
   fi
-  local deadline=$((SECONDS + RAY_WAIT_S)) pid
+  local deadline=$((SECONDS + RAY_WAIT_S)) pid out=
   while ((SECONDS < deadline)); do
-    if "${SIQ_PROBE[@]}" >/dev/null 2>&1; then return 0; fi
+    if out=$("${SIQ_PROBE[@]}" 2>&1); then return 0; fi
     for pid in "$@"; do
       if ! kill -0 "$pid" 2>/dev/null; then
-        echo "error: a Ray start step (srun pid $pid) ended before Ray reached $want nodes (see $OUT/slurm)" >&2
+        echo "error: a Ray start step (srun pid $pid) ended before Ray reached $want nodes (see $OUT/slurm);" \
+          "the last probe said:" >&2
+        tail -n 5 <<<"$out" >&2
         return 1
       fi
     done
     sleep "$RAY_POLL_S"
   done
-  echo "error: Ray did not reach $want nodes within RAY_WAIT_S=$RAY_WAIT_S s (see $OUT/slurm)" >&2
+  echo "error: Ray did not reach $want nodes within RAY_WAIT_S=$RAY_WAIT_S s (see $OUT/slurm); the last probe said:" >&2
+  tail -n 5 <<<"$out" >&2
   return 1
 }
 

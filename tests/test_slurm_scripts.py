@@ -26,7 +26,7 @@ ENV_SEEN = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "PYTHONPATH", "
 FAKE_SRUN = """#!/usr/bin/env bash
 # Like Ray, a readiness probe succeeds only once the `ray start` steps it waits for have begun (1: head, 2: workers).
 case "$*" in *"ray.nodes()"*)
-  [[ -n ${FAKE_PROBE_FAILS:-} ]] && exit 1
+  [[ -n ${FAKE_PROBE_FAILS:-} ]] && { echo "ConnectionError: fake probe"; exit 1; }
   want=2; [[ "$*" == *"< 1)"* ]] && want=1
   for _ in $(seq 100); do (( $(grep -c 'siq-ray' "$FAKE_LOG" 2>/dev/null) >= want )) && break; sleep 0.05; done;;
 esac
@@ -349,6 +349,7 @@ def test_a_ray_step_that_dies_ends_the_wait(fake_slurm):
     proc, calls = run("dapo_32b.sh", fake_slurm, 1, in_job=True, INIT_FROM="none", FAKE_PROBE_FAILS="1",
                       RAY_POLL_S="1")
     assert proc.returncode == 1 and "ended before Ray reached 1 nodes" in proc.stderr
+    assert "the last probe said:\nConnectionError: fake probe" in proc.stderr
     assert not any("nemo" in c and "rl" in c and "--config" in c for c in calls)  # no driver without Ray
 
 
