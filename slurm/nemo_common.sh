@@ -100,6 +100,8 @@ siq_defaults() {
   if [[ -n ${MOUNTS:-} ]]; then IFS=, read -r -a extra <<<"$MOUNTS"; srcs+=("${extra[@]}"); fi
   for m in "${srcs[@]}"; do
     [[ -z $m || $seen == *",$m,"* ]] && continue
+    [[ $m == /* ]] || siq_die "container mount $m: expected an absolute path (DATA, OUT, HF_HOME, PYDEPS, BENCH and" \
+      "the sources in MOUNTS are mounted at the same path in the container)"
     SIQ_MOUNTS+=("$m")
     seen+="$m,"
   done

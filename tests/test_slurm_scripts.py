@@ -287,6 +287,13 @@ def test_submission_refuses_a_missing_model_cache_or_pydeps(fake_slurm):
     assert proc.returncode == 2 and calls == [] and f"PYDEPS={fake_slurm}/nodeps" in proc.stderr
 
 
+@pytest.mark.parametrize("var", ["DATA", "OUT", "HF_HOME", "PYDEPS"])
+def test_relative_mount_paths_are_refused(fake_slurm, var):
+    proc, calls = run("sft_plain_32b.sh", fake_slurm, 4, in_job=False, DRY_RUN="1", **{var: "rel/dir"})
+    assert proc.returncode == 2 and calls == []
+    assert "container mount rel/dir:rel/dir: expected an absolute" in proc.stderr
+
+
 def test_job_refuses_a_missing_mount_source(fake_slurm):
     proc, calls = run("sft_cot_32b.sh", fake_slurm, 1, in_job=True, DATA=str(fake_slurm / "nodata"))
     assert proc.returncode == 2 and calls == [] and f"mount source {fake_slurm}/nodata" in proc.stderr
