@@ -315,17 +315,16 @@ siq_train_sets() {
 
 # NODES, GPUS_PER_NODE, PHASE and RECIPE go through `spatialiq recipes nemo-rl` itself (the job's first step), with
 # the job's --set overrides, written to a temporary folder that is removed again. Needs the project's Python on this
-# node (SIQ_PYTHON): under DRY_RUN always; before a real submission when that Python can import the project (else a
-# note says the check is left to the job's first step). Inside a real job the first step is the check.
+# node (SIQ_PYTHON): a DRY_RUN on the login node requires it; a real submission, and a DRY_RUN inside an allocation
+# (whose node may not have it outside the container), run the check when that Python can import the project and
+# otherwise say that the job's first step checks. Inside a real job the first step is the check.
 siq_train_check() {
   local py=${SIQ_PYTHON:-python3} tmp rc=0
-  if [[ $DRY_RUN != 1 ]]; then
-    [[ -z ${SLURM_JOB_ID:-} ]] || return 0
-    if ! "$py" -c 'import spatialiq_train.cli' >/dev/null 2>&1; then
-      echo "note: recipe check skipped: $py cannot import spatialiq_train here (set SIQ_PYTHON to the project's" \
-        "Python); the job's first step checks instead" >&2
-      return 0
-    fi
+  if [[ $DRY_RUN != 1 && -n ${SLURM_JOB_ID:-} ]]; then return 0; fi
+  if [[ $DRY_RUN != 1 || -n ${SLURM_JOB_ID:-} ]] && ! "$py" -c 'import spatialiq_train.cli' >/dev/null 2>&1; then
+    echo "note: recipe check skipped: $py cannot import spatialiq_train here (set SIQ_PYTHON to the project's" \
+      "Python); the job's first step checks instead" >&2
+    return 0
   fi
   siq_train_sets
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/siq-check.XXXXXX")

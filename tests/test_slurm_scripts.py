@@ -410,6 +410,10 @@ def test_submission_runs_the_same_check_first(fake_slurm):
 def test_dry_run_check_without_the_project_python_says_so(fake_slurm):
     proc, calls = run("sft_cot_32b.sh", fake_slurm, 4, in_job=False, DRY_RUN="1", SIQ_PYTHON="no-such-python")
     assert proc.returncode == 2 and calls == [] and "SIQ_PYTHON=no-such-python" in proc.stderr
+    # inside an allocation the node may have no project Python outside the container: the plan is still printed
+    proc, calls = run("sft_cot_32b.sh", fake_slurm, 4, in_job=True, DRY_RUN="1", SIQ_PYTHON="no-such-python")
+    assert proc.returncode == 0 and calls == [] and "recipe check skipped" in proc.stderr
+    assert any("nemo-rl" in c for c in plan(proc.stdout))
 
 
 # -- real runs under the fakes ----------------------------------------------------------------------------------------
