@@ -187,6 +187,16 @@ def test_dry_run_inside_allocation_uses_slurm_node_names(fake_slurm, script, nod
     assert "--node-ip-address=10.0.0.0" in head  # getent's non-loopback address of gpu0
 
 
+def test_inside_an_allocation_its_node_and_gpu_counts_win(fake_slurm):
+    """`sbatch -N 2 --gres=gpu:8 slurm/dapo_32b.sh`: the script's defaults (8 nodes, 4 GPUs) give way."""
+    proc, _ = run("dapo_32b.sh", fake_slurm, 2, in_job=True, DRY_RUN="1", NODES=None, SLURM_GPUS_ON_NODE="8")
+    assert proc.returncode == 0, proc.stderr
+    assert "accepts RECIPE=dapo_tight_32b PHASE=rl on 2 x 8 GPUs" in proc.stdout
+    gen = next(c for c in plan(proc.stdout) if "nemo-rl" in c)
+    assert gen[gen.index("--nodes") + 1] == "2" and gen[gen.index("--gpus-per-node") + 1] == "8"
+    assert all("--num-gpus=8" in c for c in ray_starts(plan(proc.stdout)))
+
+
 @pytest.mark.parametrize("script", sorted(TRAINING))
 def test_sbatch_lines_give_the_defaults_before_the_first_command(script):
     lines = (SLURM / script).read_text().splitlines()
