@@ -3,18 +3,44 @@
 #
 #   OUT=/lustre/runs/dapo_32b PHASE=sft RECIPE=dapo_tight_32b slurm/convert.sh   # warm-up -> OUT/nemo_rl/sft/hf
 #   OUT=/lustre/runs/dapo_32b PHASE=rl RECIPE=dapo_tight_32b slurm/convert.sh    # final   -> OUT/nemo_rl/rl/hf
+#   OUT=/lustre/runs/dapo_32b PHASE=rl RECIPE=dapo_tight_32b sbatch -A acct slurm/convert.sh   # the same, plain sbatch
 #
-# Runs `spatialiq nemo convert --checkpoint CKPT --out HF_OUT --recipe RECIPE` in the container.
+# Runs `spatialiq nemo convert --checkpoint CKPT --out HF_OUT --recipe RECIPE` in the container. HF_OUT must not exist
+# yet (the conversion refuses to overwrite), so each converted checkpoint has its own folder.
 # Variables: RECIPE (required: the recipe the run used, for the processor's pixel budget), PHASE (sft|rl, default
 # rl), CKPT (default: the newest OUT/nemo_rl/PHASE/checkpoints/step_N when the job starts), HF_OUT (default
-# OUT/nemo_rl/PHASE/hf), GPUS_PER_NODE (1), TIME (02:00:00), ACCOUNT, PARTITION, IMAGE, MOUNTS, OUT, DRY_RUN=1.
+# OUT/nemo_rl/PHASE/hf), GPUS_PER_NODE (1), TIME (02:00:00), ACCOUNT, PARTITION, IMAGE, OUT, HF_HOME, PYDEPS, MOUNTS,
+# DRY_RUN=1; see slurm/nemo_common.sh.
+#SBATCH --job-name=siq-convert
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:1
+#SBATCH --exclusive
+#SBATCH --time=02:00:00
+#SBATCH --output=%x-%j.log
 set -euo pipefail
 JOB_NAME=siq-convert NODES=1
-: "${PHASE:=rl}" "${GPUS_PER_NODE:=1}" "${TIME:=02:00:00}" "${RECIPE:?set RECIPE (the recipe the checkpoint was trained with)}"
-PROJECT=${SIQ_PROJECT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+: "${PHASE:=rl}" "${GPUS_PER_NODE:=1}" "${TIME:=02:00:00}"
+: "${RECIPE:?set RECIPE (the recipe the checkpoint was trained with)}"
+# The checkout: SIQ_PROJECT, else this script's parent folder, else (plain sbatch runs a copy of the script from
+# Slurm's spool folder) the folder sbatch was run in.
+siq_p=${SIQ_PROJECT:-}
+if [[ -z $siq_p ]]; then
+  for siq_p in "$(dirname "${BASH_SOURCE[0]}")/.." "${SLURM_SUBMIT_DIR:-}"; do
+    [[ -f $siq_p/slurm/nemo_common.sh ]] && break
+  done
+fi
+if [[ ! -f $siq_p/slurm/nemo_common.sh ]]; then
+  echo "error: cannot find the spatialiq-train checkout: no slurm/nemo_common.sh in" \
+    "${SIQ_PROJECT:-$(dirname "${BASH_SOURCE[0]}")/.. nor in SLURM_SUBMIT_DIR=${SLURM_SUBMIT_DIR:-(unset)}}:" \
+    "run sbatch from the checkout's root, or set SIQ_PROJECT=/path/to/spatialiq-train" >&2
+  exit 2
+fi
+PROJECT=$(cd "$siq_p" && pwd)
 # shellcheck source=slurm/nemo_common.sh
 source "$PROJECT/slurm/nemo_common.sh"
 siq_defaults
+[[ $PHASE == rl || $PHASE == sft ]] || siq_die "PHASE=$PHASE: expected rl or sft"
 
 convert_job() {
   local run="$OUT/nemo_rl/$PHASE"
@@ -22,4 +48,4 @@ convert_job() {
   siq_step python -m spatialiq_train.cli nemo convert --checkpoint "$ckpt" --out "${HF_OUT:-$run/hf}" --recipe "$RECIPE"
 }
 
-siq_main "$PROJECT/slurm/convert.sh" convert_job
+siq_main convert.sh convert_job

@@ -17,32 +17,55 @@
 #
 # Environment: SIQ_ACCOUNT / SIQ_PARTITION (optional), SIQ_CPUS (cores per task, default 8),
 # SIQ_TIME (per task, default 04:00:00), SIQ_ENV (a script to source first, e.g. a venv activate),
-# SIQ_EXTRA (more sbatch options for every job, e.g. --constraint=h100).
+# SIQ_EXTRA (more sbatch options for every job, e.g. --constraint=h100), DRY_RUN=1 (print the mkdir and the
+# three sbatch commands, with PLAN_JOB / ARRAY_JOB for the job ids, and create or submit nothing).
 set -euo pipefail
 
 if [[ $# -lt 5 ]]; then
-  sed -n '2,16p' "$0" >&2
+  sed -n '2,21p' "$0" >&2
   exit 2
 fi
 out=$1 structures=$2 seed=$3 split=$4 shards=$5
 shift 5
 extra=("$@")
 cpus=${SIQ_CPUS:-8}
+dry=${DRY_RUN:-0}
+if [[ $dry != 0 && $dry != 1 ]]; then echo "error: DRY_RUN=$dry: expected 1 (print the plan) or 0" >&2; exit 2; fi
 setup=${SIQ_ENV:+source "$SIQ_ENV" && }
 
 common=(--parsable --cpus-per-task="$cpus" --time="${SIQ_TIME:-04:00:00}" --output="$out/slurm/%x-%A_%a.log")
 [[ -n ${SIQ_ACCOUNT:-} ]] && common+=(--account="$SIQ_ACCOUNT")
 if [[ -n ${SIQ_EXTRA:-} ]]; then read -r -a siq_extra <<<"$SIQ_EXTRA"; common+=("${siq_extra[@]}"); fi
 [[ -n ${SIQ_PARTITION:-} ]] && common+=(--partition="$SIQ_PARTITION")
-mkdir -p "$out/slurm"
+
+# Print (DRY_RUN=1) or run one command.
+run() {
+  if [[ $dry == 1 ]]; then printf '+'; printf ' %q' "$@"; printf '\n'; else "$@"; fi
+}
+
+# sbatch ARGS..., its job id in job; under DRY_RUN the command is printed and job is the placeholder $1.
+submit() {
+  local placeholder=$1
+  shift
+  if [[ $dry == 1 ]]; then run sbatch "$@"; job=$placeholder; else job=$(sbatch "$@"); fi
+}
+
+run mkdir -p "$out/slurm"
 
 args=(--out "$out" --structures "$structures" --seed "$seed" --split "$split" --num-shards "$shards" --quiet)
 quoted=$(printf ' %q' "${args[@]}" "${extra[@]}")
 
-plan=$(sbatch "${common[@]}" --job-name=siq-plan \
-  --wrap="${setup}spatialiq gen${quoted} --workers $cpus --plan-only")
-array=$(sbatch "${common[@]}" --job-name=siq-gen --dependency="afterok:$plan" --array="0-$((shards - 1))" \
-  --wrap="${setup}spatialiq gen${quoted} --workers $cpus --shard \$SLURM_ARRAY_TASK_ID")
-merge=$(sbatch "${common[@]}" --job-name=siq-merge --cpus-per-task=1 --dependency="afterok:$array" \
-  --wrap="${setup}spatialiq gen-merge --out $(printf '%q' "$out")")
-echo "plan job $plan, array job $array ($shards tasks), merge job $merge"
+submit PLAN_JOB "${common[@]}" --job-name=siq-plan \
+  --wrap="${setup}spatialiq gen${quoted} --workers $cpus --plan-only"
+plan=$job
+submit ARRAY_JOB "${common[@]}" --job-name=siq-gen --dependency="afterok:$plan" --array="0-$((shards - 1))" \
+  --wrap="${setup}spatialiq gen${quoted} --workers $cpus --shard \$SLURM_ARRAY_TASK_ID"
+array=$job
+submit MERGE_JOB "${common[@]}" --job-name=siq-merge --cpus-per-task=1 --dependency="afterok:$array" \
+  --wrap="${setup}spatialiq gen-merge --out $(printf '%q' "$out")"
+merge=$job
+if [[ $dry == 1 ]]; then
+  echo "# DRY_RUN=1: nothing created or submitted"
+else
+  echo "plan job $plan, array job $array ($shards tasks), merge job $merge"
+fi
