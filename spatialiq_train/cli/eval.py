@@ -96,6 +96,9 @@ def _score_line(metrics: dict) -> str:
     oc, k, counts = metrics["object_counting"], metrics["k"], metrics["counts"]
     shown = "  ".join(f"{key} {oc[key]:.4f} (n={oc['n'][key]})" for key in ("acc@1", f"maj@{k}", f"pass@{k}")
                       if key in oc)
+    if "coverage@1" in oc:
+        shown += f"  coverage@1 {oc['coverage@1']:.4f}  acc@1_answered {oc['acc@1_answered']:.4f} " \
+                 f"(n={oc['n']['acc@1_answered']})"
     return (f"{shown}  scenes {counts['scenes_covered']}/{metrics['scenes']}  unparseable {counts['unparseable']}  "
             f"absent {counts['absent']}  unknown {counts['unknown_view_or_task']}  parse {metrics['parse']}")
 
