@@ -143,10 +143,15 @@ def phase_datasets(recipe: Recipe, name: PhaseName, train_dataset: Any, eval_dat
     from spatialiq_train.train.data import load_split
 
     d = recipe.data
+    trains_on_traces = train_dataset is None
     if train_dataset is None:
         train_dataset = load_split(d.traces_dir, split_of(recipe, name), d.data_root, name, d.max_examples)
     val = section_of(recipe, name).validation
     if eval_dataset is None and val.every_steps is not None and d.eval_split is not None:
+        if trains_on_traces:  # both splits come from trace files: validation must share no structure with training
+            from spatialiq_train.train.preflight import check_validation_held_out
+
+            check_validation_held_out(recipe, [split_of(recipe, name)])
         limit = min(x for x in (val.max_samples, d.max_examples, 1 << 62) if x is not None)
         eval_dataset = load_split(d.traces_dir, d.eval_split, d.data_root, name, limit)
     return train_dataset, eval_dataset

@@ -87,7 +87,7 @@ def run_dapo_tight(
 ) -> Path:
     """Run (or resume) both phases; returns DIR/final. Datasets default to the recipe's trace splits."""
     from spatialiq_train.io import check_model_source
-    from spatialiq_train.train.preflight import check_rl_ready
+    from spatialiq_train.train.preflight import check_rl_ready, check_validation_held_out
     from spatialiq_train.train.rl import run_rl
     from spatialiq_train.train.sft import run_sft
 
@@ -97,6 +97,8 @@ def run_dapo_tight(
     d = recipe.data
     if sft_dataset is None and rl_dataset is None and d.sft_split != d.rl_split:
         check_disjoint(d.traces_dir, d.sft_split, d.rl_split)
+    if sft_dataset is None and rl_dataset is None:  # before the warm-up: validation must be held out of both
+        check_validation_held_out(recipe, [d.rl_split] if recipe.rl.init_from else [d.sft_split, d.rl_split])
     sft_final = out / "sft" / "final"
     if recipe.rl.init_from:
         rl_model = check_model_source(recipe.rl.init_from, "rl.init_from")
