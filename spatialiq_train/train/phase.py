@@ -100,10 +100,11 @@ def install_warm_start(trainer: Any, start_factor: float) -> None:
 
 
 def _phase_callbacks(recipe: Recipe, name: PhaseName, out: Path) -> list[Any]:
+    from spatialiq_train.train.divergence import make_divergence_callback
     from spatialiq_train.train.logging import make_metrics_callback
 
     callbacks = [make_metrics_callback(out / "metrics.jsonl", name, common.reporting(recipe),
-                                       recipe.logging.wandb_project)]
+                                       recipe.logging.wandb_project), make_divergence_callback(name)]
     val = section_of(recipe, name).validation
     if val.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
