@@ -78,6 +78,10 @@ def sample(
     config.task_prompts()  # every prompt up front: a task the dialect lacks fails here, not mid-run
     scenes = find_scenes(data, split)[:limit]
     check_model_source(model, "--model")
+    if Path(model).is_dir():
+        from spatialiq_train.weights import check_finite_weights
+
+        check_finite_weights(model, "--model")
     max_images = 2 if set(config.task_list()) & PARTNER_STEP.keys() else 1
     gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device,
                              max_model_len=max_model_len or default_max_model_len(max_new_tokens),
