@@ -78,10 +78,7 @@ def sample(
     config.task_prompts()  # every prompt up front: a task the dialect lacks fails here, not mid-run
     scenes = find_scenes(data, split)[:limit]
     check_model_source(model, "--model")
-    if Path(model).is_dir():
-        from spatialiq_train.weights import check_finite_weights
-
-        check_finite_weights(model, "--model")
+    _check_model_and_out(model, config, out)
     max_images = 2 if set(config.task_list()) & PARTNER_STEP.keys() else 1
     gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device,
                              max_model_len=max_model_len or default_max_model_len(max_new_tokens),
@@ -93,6 +90,18 @@ def sample(
     report = run_sampling(scenes, gen_engine, config, out,
                           progress=lambda done, total: log.info("%d/%d completions", done, total))
     typer.echo(f"{out}: {report.already_done} already on file, {report.written} written")
+
+
+def _check_model_and_out(model: str, config: object, out: Path) -> None:
+    """A local checkpoint with finite weights, and a completions file written by this model and these settings
+    (recorded beside it when new: `eval.provenance`)."""
+    from eval.completions import load_completions
+    from eval.provenance import check_or_record, sampling_record
+    from spatialiq_train.weights import check_finite_weights
+
+    if Path(model).is_dir():
+        check_finite_weights(model, "--model")
+    check_or_record(out, sampling_record(model, config), bool(load_completions(out)))  # type: ignore[arg-type]
 
 
 def _score_line(metrics: dict) -> str:

@@ -167,12 +167,24 @@ def run_phase(
     eval_dataset: Any = None,
     final_dir: str | Path | None = None,
     callbacks: list[Any] | None = None,
+    extend: bool = False,
 ) -> Path:
     """Train the phase (resuming from the newest checkpoint under `output_dir`, weights included) and export the
-    policy to `final_dir` (default `output_dir/final`; a LoRA adapter is kept in `output_dir/adapter`)."""
+    policy to `final_dir` (default `output_dir/final`; a LoRA adapter is kept in `output_dir/adapter`).
+
+    A phase already finished under the same step budget is complete: nothing is loaded or written and `final_dir`
+    is returned as it is. A larger budget needs `extend` (`train.completion`)."""
+    from spatialiq_train.train import completion
     from spatialiq_train.train.export import export_final
 
     out = Path(output_dir)
+    final = Path(final_dir) if final_dir else out / "final"
+    budget = completion.budget_of(section_of(recipe, spec.name).optimizer)
+    marker = completion.read_marker(out, budget)
+    if completion.decide(marker, budget, completion.final_ready(final), extend, str(out)) == "complete":
+        log.info("%s is complete (step %s of its budget; %s kept as it is): nothing to do. Pass --extend with a "
+                 "larger budget to train on", out, (marker or {}).get("global_step", "?"), final)
+        return final
     out.mkdir(parents=True, exist_ok=True)
     model_path = model_path or common.ensure_base_model(recipe, out)
     train_dataset, eval_dataset = phase_datasets(recipe, spec.name, train_dataset, eval_dataset)
@@ -181,4 +193,6 @@ def run_phase(
     if resume:
         log.info("resuming %s from %s", spec.name, resume)
     trainer.train(resume_from_checkpoint=resume)
-    return export_final(trainer, processor, Path(final_dir) if final_dir else out / "final", out / "adapter")
+    exported = export_final(trainer, processor, final, out / "adapter")
+    completion.write_marker(out, spec.name, budget, trainer.state.global_step, exported)
+    return exported
