@@ -599,3 +599,43 @@ def test_score_refuses_an_empty_completions_file(dataset: Path, tmp_path: Path) 
     res = _score_cli(empty, dataset, tmp_path / "o")
     assert res.exit_code == EXIT_USAGE and "holds no complete completion line" in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_completions_file_records_what_wrote_it_and_refuses_another(tmp_path: Path) -> None:
+    """Resuming into a file written by another checkpoint (two run folders both named ``hf``) or with other
+    sampling settings is refused, naming the difference; the same model and settings resume."""
+    pytest.importorskip("torch")
+    from PIL import Image
+
+    from eval.provenance import provenance_path
+    from spatialiq_train.tiny import save_tiny
+
+    sft, rl = save_tiny(tmp_path / "sft" / "hf", seed=0), save_tiny(tmp_path / "rl" / "hf", seed=1)
+    data = make_dataset(tmp_path / "data", structures=1)
+    for gt in (data / "benchmark").rglob("gt.json"):
+        Image.new("RGB", (64, 64), (120, 80, 40)).save(gt.parent / "view.png")
+    out = tmp_path / "c.jsonl"
+
+    def sample(model: Path, *extra: str):  # noqa: ANN202
+        return CliRunner().invoke(app, ["eval", "sample", "--model", str(model), "--data", str(data), "--out", str(out),
+                                        "--engine", "transformers", "--k", "1", "--max-new-tokens", "2", "--limit", "1",
+                                        *extra])
+
+    res = sample(sft)
+    assert res.exit_code == 0, res.output
+    record = json.loads(provenance_path(out).read_text())
+    assert record["model"] == str(sft.resolve()) and len(record["model_digest"]) == 64
+    assert record["sampling"]["k"] == 1 and record["sampling"]["temperature"] == 1.0
+    lines = out.read_bytes()
+    res = sample(sft)
+    assert res.exit_code == 0 and "1 already on file, 0 written" in res.output
+    res = sample(rl)
+    assert res.exit_code == EXIT_USAGE and "another model" in res.output
+    flat = " ".join(res.output.split())
+    assert "model_digest" in flat and str(rl.resolve()) in flat
+    res = sample(sft, "--temperature", "0.7")
+    assert res.exit_code == EXIT_USAGE and "temperature: 1.0 -> 0.7" in " ".join(res.output.split())
+    assert out.read_bytes() == lines  # nothing appended by a refused resume
+    provenance_path(out).unlink()  # a file from before provenance records: nothing says what wrote it
+    res = sample(sft)
+    assert res.exit_code == EXIT_USAGE and "no provenance record" in " ".join(res.output.split())
