@@ -5,9 +5,9 @@ Views come from ``spatialiq_train.dataset.iter_views``: the per-view layout
 ``view.png`` beside ``gt.json``), the parquet shards ``<data>/data/<split>-*.parquet`` of a dataset
 without leaf folders (same records: the ``view`` column is the leaf folder path), or the released
 benchmark, which has no split folder and no ``structure_id``: there the group id is the path of the
-sample folder (benchmark-spec 6.3). Records of the train split go to ``train``/``val`` (trainval
-partition) and ``warmup``/``rl`` (dapo partition), those of the benchmark split to ``benchmark``, all
-decided by structure (``spatialiq_train.splits``).
+sample folder (benchmark-spec 6.3). Records of the train split go to one of the three disjoint parts ``val``,
+``warmup`` and ``rl`` (``spatialiq_train.splits.part_of``), and those of ``warmup`` and ``rl`` also to ``train``;
+those of the benchmark split go to ``benchmark``; all decided by structure.
 
 Targets: SFT-plain is ``<answer>{value}</answer>`` (the released ``prepare_data.py`` wrote the
 bare integer; the tags make the plain model scorable by the gated reward exactly like CoT models).
@@ -34,7 +34,7 @@ from spatialiq_train.dataset import (  # REWARD_FIELDS: also read from here
 from spatialiq_train.errors import InputError
 from spatialiq_train.io import atomic_write_bytes, atomic_write_text, resolve_inside
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
-from spatialiq_train.splits import SPLITS, partition_of
+from spatialiq_train.splits import SPLITS, part_of
 from spatialiq_train.tasks import COT_FIELDS, Dialect, build_prompt, fill_cot_template, get_task
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,8 @@ def output_file(view: View) -> tuple[str, ...]:
     """The JSONL files (without suffix) a view's records go to."""
     if view.split == "benchmark":
         return (BENCHMARK_FILE,)
-    return (partition_of(view.structure_id, "trainval"), partition_of(view.structure_id, "dapo"))
+    part = part_of(view.structure_id)
+    return ("val",) if part == "val" else ("train", part)
 
 
 def check_options(kind: str, tasks: Sequence[str], mask_final_answer: str | None) -> list[str]:

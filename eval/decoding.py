@@ -3,8 +3,11 @@
 Predictions come as a ``(scenes, k)`` float array (NaN = no parseable answer) beside a ``(scenes,)``
 ground-truth array. Rules, stated in every output through :data:`MAJORITY_RULE`:
 
-* acc@1: the first sample; a missing first answer is excluded from the denominator and counted.
-* ``n`` gives every accuracy's denominator: acc@1 over scenes with a first answer, the others over all scenes.
+* acc@1: the first sample, over all scenes; a scene whose first sample has no parseable answer counts as wrong
+  (so a policy cannot gain acc@1 by abstaining). Beside it, under their own names: ``coverage@1`` (share of scenes
+  whose first sample has an answer) and ``acc@1_answered`` (accuracy over those scenes only).
+* ``n`` gives every accuracy's denominator: ``acc@1_answered`` over scenes with a first answer, the others over
+  all scenes.
 * maj@k: the most frequent parsed answer; missing answers do not vote; among tied values the one
   whose earliest occurrence comes first wins; a scene with no parseable answer counts as wrong.
 * pass@k: at least one of the k samples is correct; denominator = all scenes.
@@ -24,6 +27,12 @@ MAJORITY_RULE = (
     "majority over parsed answers; missing answers do not vote; ties go to the value whose earliest sample "
     "comes first; a scene with no parseable answer counts as wrong"
 )
+ACC1 = "acc@1"
+"""Headline accuracy of the first sample over all scenes; no parseable answer counts as wrong."""
+COVERAGE1 = "coverage@1"
+"""Share of scenes whose first sample has a parseable answer."""
+ACC1_ANSWERED = "acc@1_answered"
+"""Accuracy of the first sample over the scenes where it has a parseable answer (not a headline number)."""
 SELECTION_RULE = (
     "majority among samples accepted by the verifier (highest verifier score; self-consistent trace = final answer "
     "equals its own visible + hidden); scenes where no sample is accepted fall back to plain majority"
@@ -86,16 +95,19 @@ def decoding_metrics(preds: np.ndarray, gt: np.ndarray, verifier_scores: np.ndar
     correct = preds == gt[:, None]
     n_correct = correct.sum(axis=1)
     maj = majority_vote(preds) if k else np.full(scenes, np.nan)
+    answered = int(present.sum())
     out: dict[str, object] = {
         "scenes": scenes,
         "k": k,
-        "acc@1": _acc(first[present] == gt[present]),
-        "acc@1_n": int(present.sum()),
-        "acc@1_missing": int(scenes - present.sum()),
+        ACC1: _acc(first == gt),
+        "acc@1_n": scenes,
+        "acc@1_missing": scenes - answered,
+        COVERAGE1: answered / scenes if scenes else math.nan,
+        ACC1_ANSWERED: _acc(first[present] == gt[present]),
         f"maj@{k}": _acc(maj == gt),
         f"pass@{k}": _acc(n_correct > 0),
         "pass@k_unbiased": {str(j): unbiased_pass_at_k(n_correct, k, j) for j in range(1, k + 1)} if k else {},
-        "n": {"acc@1": int(present.sum()), f"maj@{k}": scenes, f"pass@{k}": scenes},
+        "n": {ACC1: scenes, ACC1_ANSWERED: answered, f"maj@{k}": scenes, f"pass@{k}": scenes},
         "missing_samples": int(np.isnan(preds).sum()),
         "scenes_without_answer": int(np.isnan(preds).all(axis=1).sum()) if k else scenes,
         "majority_rule": MAJORITY_RULE,

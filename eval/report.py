@@ -161,11 +161,15 @@ def markdown(metrics: list[dict[str, Any]]) -> str:
         counts, n = m.get("counts", {}), oc.get("n", {})
         rows.append([m["name"], str(k), *(_with_n(oc.get(key), n.get(key)) for key in ("acc@1", f"maj@{k}")),
                      _with_n(oc[selected[0]], n.get(selected[0])) if selected else "n/a",
-                     _with_n(oc.get(f"pass@{k}"), n.get(f"pass@{k}")),
+                     _with_n(oc.get(f"pass@{k}"), n.get(f"pass@{k}")), _num(oc.get("coverage@1")),
+                     _with_n(oc.get("acc@1_answered"), n.get("acc@1_answered")),
                      f"{counts.get('scenes_covered', '?')}/{m.get('scenes', '?')}",
                      str(counts.get("unparseable", "")), str(counts.get("absent", ""))])
     parts.append(markdown_table(["responder", "k", "acc@1", "maj@k", "selected@k (self-consistent)", "pass@k",
-                         "scenes answered", "unparseable", "absent"], rows))
+                         "coverage@1", "acc@1 answered only", "scenes sampled", "unparseable", "absent"], rows))
+    parts += ["", "acc@1, maj@k and pass@k count a scene with no parseable answer as wrong, over all scenes; "
+              "coverage@1 is the share of scenes whose first sample has an answer, and the answered-only accuracy "
+              "is over those scenes."]
     rule = metrics[0]["object_counting"].get("majority_rule")
     if rule:
         parts += ["", f"Majority rule: {rule}."]

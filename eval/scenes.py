@@ -17,9 +17,9 @@ Scene = View
 """A scene is a :class:`spatialiq_train.dataset.View` (the name eval code and its benchmarks use)."""
 __all__ = ["PARTITION_SPLITS", "SPLIT_DIRS", "Scene", "find_scenes"]
 
-PARTITION_SPLITS: dict[str, str] = {"val": "trainval", "warmup": "dapo", "rl": "dapo"}
-"""Partitions of the train split a ``split`` argument may name, to their kind (``spatialiq_train.splits.partition_of``):
-``--split rl`` reads the train split's views whose structure falls in the RL partition."""
+PARTITION_SPLITS: tuple[str, ...] = ("val", "warmup", "rl")
+"""Parts of the train split a ``split`` argument may name (``spatialiq_train.splits.part_of``, disjoint):
+``--split rl`` reads the train split's views whose structure falls in the RL part."""
 
 
 def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene]:
@@ -32,13 +32,12 @@ def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene
     the file (and row) and the key. ``split`` may also name a partition of the train split (``val``, ``warmup``,
     ``rl``: :data:`PARTITION_SPLITS`), decided by each view's structure id as the traces decide it.
     """
-    kind = PARTITION_SPLITS.get(split or "")
-    if kind is None:
+    if split not in PARTITION_SPLITS:
         return list(iter_views(data, split, required=SCORED_FIELDS))
-    from spatialiq_train.splits import partition_of
+    from spatialiq_train.splits import part_of
 
     train = iter_views(data, "train", required=SCORED_FIELDS)
-    views = [v for v in train if partition_of(v.structure_id, kind) == split]
+    views = [v for v in train if part_of(v.structure_id) == split]
     if not views:
         raise FileNotFoundError(f"{data}: no train view falls in the {split!r} partition")
     return views

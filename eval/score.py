@@ -194,8 +194,8 @@ def check_coverage(preds: SampledPredictions, min_coverage: float, source: objec
                         f"subset. Sample the rest (`spatialiq eval sample` resumes the file), check --data/--split, "
                         f"or pass --min-coverage {math.floor(share * 100) / 100:g} to score this subset")
     if total and share < 0.5:
-        return (f"{said}: most scenes are absent, so acc@1 (over answered scenes) and maj@k/pass@k (over all "
-                f"scenes) describe different sets; see the n beside each")
+        return (f"{said}: most scenes are absent, and every headline accuracy (acc@1, maj@k, pass@k) counts an "
+                f"absent scene as wrong; coverage@1 and acc@1_answered (n beside it) describe the answered ones")
     return None
 
 
@@ -217,14 +217,19 @@ def require_matches(preds: SampledPredictions, completions: Mapping[Key, Complet
 
 
 def first_sample_table(preds: SampledPredictions, name: str) -> ResponderTable:
-    """The acc@1 sample as a released-layout table (correctness NaN where the answer is missing)."""
+    """The acc@1 sample as a released-layout table.
+
+    Where the answer is missing, sub-task correctness is NaN (the published tables leave it out of that task's
+    denominator) and Object Counting (``main``) correctness is 0: the headline counts no answer as wrong, as the
+    released GLM file does. Correctness is NaN wherever the ground truth is missing.
+    """
     scenes = preds.scenes
     meta = {c: _gt_array(scenes, c) for c in META_COLUMNS}
     correct, pred, gt = {}, {}, {}
     for column, p in preds.pred.items():
         first = p[:, 0]
         g = preds.gt[column]
-        ok = ~np.isnan(first) & ~np.isnan(g)
+        ok = ~np.isnan(g) if column == "main" else ~np.isnan(first) & ~np.isnan(g)
         correct[column] = np.where(ok, (first == g).astype(np.float64), np.nan)
         pred[column], gt[column] = first, g
     return ResponderTable(name, [s.view for s in scenes], [s.object_type for s in scenes], meta, correct, pred, gt)

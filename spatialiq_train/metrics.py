@@ -13,6 +13,7 @@ Pure data and pure functions: importing it loads nothing heavy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 RewardStat = Literal["mean", "std", "errors"]
@@ -58,6 +59,8 @@ DYNAMIC_SAMPLING_FILLER = "dynamic_sampling/filler_groups"
 DYNAMIC_SAMPLING_REFILLS = "dynamic_sampling/refill_rounds"
 
 EVAL_EXACT_MATCH = "eval/exact_match"
+EVAL_COVERAGE = "eval/coverage"
+EVAL_ANSWERED_EXACT_MATCH = "eval/answered_exact_match"
 EVAL_LOSS = "eval/loss"
 
 METRICS: dict[str, str] = {
@@ -84,7 +87,10 @@ METRICS: dict[str, str] = {
     DYNAMIC_SAMPLING_DROPPED: "zero-variance groups dropped",
     DYNAMIC_SAMPLING_FILLER: "zero-variance groups kept to fill the batch after the refill cap",
     DYNAMIC_SAMPLING_REFILLS: "generation rounds beyond the first",
-    EVAL_EXACT_MATCH: "exact-match accuracy on the validation split (checkpoint selection)",
+    EVAL_EXACT_MATCH: "exact-match accuracy on the validation split over all prompts, no answer = wrong "
+                      "(checkpoint selection)",
+    EVAL_COVERAGE: "share of validation completions with a parseable answer",
+    EVAL_ANSWERED_EXACT_MATCH: "exact-match accuracy over the validation completions with an answer only",
     EVAL_LOSS: "validation loss (SFT)",
 }
 """Every metric name (``<name>`` stands for a reward function's name) and what it measures."""
@@ -96,3 +102,21 @@ def is_known(name: str) -> bool:
         return True
     parts = name.split("/")
     return len(parts) == 3 and parts[0] == "reward" and bool(parts[1]) and parts[2] in REWARD_STATS
+
+
+def validation_accuracy(answers: Sequence[int | None], truths: Sequence[int]) -> dict[str, float]:
+    """The three validation numbers under their names: :data:`EVAL_EXACT_MATCH` over all completions (``None``,
+    no parseable answer, counts as wrong), :data:`EVAL_COVERAGE` and :data:`EVAL_ANSWERED_EXACT_MATCH`.
+
+    NaN where a denominator is 0; a ValueError when the two sequences differ in length.
+    """
+    if len(answers) != len(truths):
+        raise ValueError(f"{len(answers)} answers but {len(truths)} ground truths; pass one of each per completion")
+    answered = [(a, t) for a, t in zip(answers, truths, strict=True) if a is not None]
+    correct = sum(a == t for a, t in answered)
+    nan = float("nan")
+    return {
+        EVAL_EXACT_MATCH: correct / len(answers) if answers else nan,
+        EVAL_COVERAGE: len(answered) / len(answers) if answers else nan,
+        EVAL_ANSWERED_EXACT_MATCH: correct / len(answered) if answered else nan,
+    }

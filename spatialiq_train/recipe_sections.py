@@ -29,14 +29,34 @@ def _no_bool(value: Any) -> Any:
     return value
 
 
+def _finite(value: Any) -> Any:
+    """Refuse NaN and infinities (also as YAML strings such as `.inf`) before any bound is compared."""
+    try:
+        number = float(value) if isinstance(value, int | float | str) else None
+    except ValueError:
+        return value  # not a number at all: the float type says so
+    if number is not None and not math.isfinite(number):
+        raise ValueError(f"must be finite, got {value}")
+    return value
+
+
+def _sane_learning_rate(value: float) -> float:
+    if not 0 < value < MAX_LEARNING_RATE:
+        raise ValueError(f"must be > 0 and below {MAX_LEARNING_RATE:g} (AdamW rates are about 1e-7 .. 1e-3; a larger "
+                         f"one diverges to NaN), got {value:g}")
+    return value
+
+
 def _steps_or_epochs(value: int) -> int:
     if value == 0 or value < -1:
         raise ValueError("must be a positive number of steps, or -1 to train for num_train_epochs")
     return value
 
 
-Num = Annotated[float, BeforeValidator(_no_bool)]
-"""A real number (int or float; `1e-6` strings from YAML accepted); booleans refused."""
+MAX_LEARNING_RATE = 1.0
+"""A learning rate at or above this is refused as absurd (training diverges to NaN long before)."""
+Num = Annotated[float, BeforeValidator(_finite), BeforeValidator(_no_bool)]
+"""A finite real number (int or float; `1e-6` strings from YAML accepted); booleans, NaN and infinities refused."""
 Count = StrictInt
 """A whole number; booleans and floats refused."""
 Flag = StrictBool
@@ -90,7 +110,8 @@ class DataSection(_Section):
 class OptimizerSection(_Section):
     """AdamW, its schedule and the batch/step budget of one phase; the keys are TrainingArguments' names."""
 
-    learning_rate: Num = Field(1e-5, gt=0)
+    learning_rate: Annotated[Num, AfterValidator(_sane_learning_rate)] = 1e-5
+    """Finite, > 0 and below :data:`MAX_LEARNING_RATE`."""
     lr_scheduler_type: str = "constant"
     warmup_steps: Num = Field(0, ge=0)
     """Below 1: fraction of the total steps; from 1: a number of steps."""
@@ -101,7 +122,7 @@ class OptimizerSection(_Section):
     max_steps: MaxSteps = -1
     per_device_train_batch_size: Count = Field(1, gt=0)
     gradient_accumulation_steps: Count = Field(1, gt=0)
-    weight_decay: Num = Field(0.0, ge=0)
+    weight_decay: Num = Field(0.0, ge=0, le=1)
     adam_beta1: Num = Field(0.9, ge=0, lt=1)
     adam_beta2: Num = Field(0.999, ge=0, lt=1)
     max_grad_norm: Num = Field(1.0, gt=0)
@@ -208,7 +229,7 @@ class RLSection(_PhaseSection):
     num_generations: Count = Field(16, ge=2)
     num_iterations: Count = Field(1, gt=0)
     loss_type: Literal["dapo", "grpo", "bnpo", "dr_grpo"] = "dapo"
-    epsilon: Num = Field(0.2, gt=0)
+    epsilon: Num = Field(0.2, gt=0, lt=1)
     epsilon_high: Num = Field(0.28, gt=0)
     beta: Num = Field(0.05, ge=0)
     kl_estimator: Literal["k3"] = "k3"
@@ -269,7 +290,7 @@ class GenerationSection(_Section):
     """Rollout sampling during RL."""
 
     max_completion_length: Count = Field(1024, gt=0)
-    temperature: Num = Field(1.0, gt=0)
+    temperature: Num = Field(1.0, gt=0, le=10)
     top_p: Num = Field(1.0, gt=0, le=1)
     top_k: Count = Field(0, ge=0)
 
@@ -293,7 +314,7 @@ class RewardSection(_Section):
 
 class EvalSamplingSection(_Section):
     k: Count = Field(10, gt=0)
-    temperature: Num = Field(1.0, ge=0)
+    temperature: Num = Field(1.0, ge=0, le=10)
     top_p: Num = Field(1.0, gt=0, le=1)
     max_new_tokens: Count = Field(1024, gt=0)
 

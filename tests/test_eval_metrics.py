@@ -34,11 +34,45 @@ def test_majority_tie_goes_to_earliest_sample_and_missing_do_not_vote() -> None:
     gt = np.array([3, 8, 1, 4, 2], dtype=float)
     m = decoding_metrics(preds, gt)
     assert m["maj@5"] == pytest.approx(2 / 5)  # the no-answer scene is wrong
-    assert m["acc@1"] == pytest.approx(1.0)  # first sample missing in three scenes: excluded, counted
-    assert m["acc@1_missing"] == 3 and m["acc@1_n"] == 2
+    assert m["acc@1"] == pytest.approx(2 / 5)  # first sample missing in three scenes: wrong, over all scenes
+    assert m["acc@1_missing"] == 3 and m["acc@1_n"] == 5
+    assert m["coverage@1"] == pytest.approx(2 / 5) and m["acc@1_answered"] == pytest.approx(1.0)
+    assert m["n"]["acc@1"] == 5 and m["n"]["acc@1_answered"] == 2
     assert m["pass@5"] == pytest.approx(4 / 5)
     assert m["scenes_without_answer"] == 1 and m["missing_samples"] == 11
     assert "earliest" in m["majority_rule"]
+
+
+def test_abstaining_does_not_raise_acc_at_1() -> None:
+    """The published GLM row: 105 of 3000 correct, 489 unanswered -> 0.035 over n = 3000 (not 105/2511)."""
+    gt = np.full(3000, 7.0)
+    first = np.full(3000, 3.0)
+    first[:105] = 7.0
+    first[105:105 + 489] = nan
+    m = decoding_metrics(first[:, None], gt)
+    assert m["acc@1"] == pytest.approx(0.035) and m["n"]["acc@1"] == 3000
+    assert m["acc@1_answered"] == pytest.approx(105 / 2511) and m["n"]["acc@1_answered"] == 2511
+    assert m["coverage@1"] == pytest.approx(2511 / 3000)
+    answering = first.copy()
+    answering[105:105 + 489] = 3.0  # answering the same views wrongly scores the same acc@1
+    assert decoding_metrics(answering[:, None], gt)["acc@1"] == m["acc@1"]
+
+
+def test_validation_accuracy_counts_no_answer_as_wrong() -> None:
+    from spatialiq_train.metrics import (
+        EVAL_ANSWERED_EXACT_MATCH,
+        EVAL_COVERAGE,
+        EVAL_EXACT_MATCH,
+        is_known,
+        validation_accuracy,
+    )
+
+    v = validation_accuracy([3, None, 5, None], [3, 4, 6, 1])
+    assert v == {EVAL_EXACT_MATCH: 0.25, EVAL_COVERAGE: 0.5, EVAL_ANSWERED_EXACT_MATCH: 0.5}
+    assert all(is_known(name) for name in v)
+    assert math.isnan(validation_accuracy([None], [1])[EVAL_ANSWERED_EXACT_MATCH])
+    with pytest.raises(ValueError, match="1 answers but 2"):
+        validation_accuracy([1], [1, 2])
 
 
 def _brute_pass_at_k(correct: list[bool], k: int) -> float:

@@ -436,3 +436,47 @@ def test_an_unknown_convention_names_the_option_before_reading_raw_files(tmp_pat
         assert result.output.strip() == ("error: --convention: unknown conditional convention 'both'; valid: "
                                          "prerequisite_given_dependent, dependent_given_prerequisite")
         assert not (tmp_path / "o").exists()
+
+
+def test_acc_at_1_equals_published_object_count_for_every_released_model(shared_dir: Path) -> None:
+    """Headline acc@1 (no answer = wrong, over all views) from each released raw file equals Table 1/4."""
+    from eval.decoding import decoding_metrics
+
+    base = shared_dir / "fixtures" / "paper_outputs"
+    tables = read_raw_dir(base / "raw")
+    published = {r["model"]: float(r["object_count"]) for name in ("table_01_text_summary.csv",
+                                                                    "table_04_trained_text_summary.csv")
+                 for r in _read(base / "expected" / name)}
+    assert set(published) <= set(tables), f"no raw file for {set(published) - set(tables)}"
+    for model, value in published.items():
+        t = tables[model]
+        m = decoding_metrics(t.pred["main"][:, None], t.gt["main"])
+        assert m["n"]["acc@1"] == len(t) == 3000, model
+        assert math.isclose(m["acc@1"], value, abs_tol=TOL), f"{model}: acc@1 {m['acc@1']} vs published {value}"
+
+
+def test_glm_style_raw_file_scores_unanswered_views_wrong(shared_dir: Path, tmp_path: Path) -> None:
+    """The published GLM row (no GLM file is in ../shared): 489 views without an answer, scored 0 in ``main``,
+    give 0.035 over n = 3000 both in the summary column and in acc@1 (not 105/2511 = 0.0418)."""
+    from eval.decoding import decoding_metrics
+    from eval.hierarchy import summary_row
+
+    rows = _read(shared_dir / "fixtures" / "paper_outputs" / "raw" / "eval_raw_Qwen2.5-VL-7B-Instruct_text.csv")
+    correct = 0
+    for r in rows:
+        if correct < 105:
+            r["main"], r["main_pred"], correct = "1", r["main_gt"], correct + 1
+        elif correct < 105 + 489:
+            r["main"], r["main_pred"], correct = "0", "", correct + 1
+        else:
+            r["main"], r["main_pred"] = "0", str(int(r["main_gt"]) + 1)
+    path = tmp_path / "eval_raw_glm_text.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    t = read_raw_csv(path)
+    m = decoding_metrics(t.pred["main"][:, None], t.gt["main"])
+    assert m["acc@1"] == pytest.approx(0.035) and m["n"]["acc@1"] == 3000
+    assert m["coverage@1"] == pytest.approx(2511 / 3000) and m["acc@1_answered"] == pytest.approx(105 / 2511)
+    assert summary_row(t, "prerequisite_given_dependent")["object_count"] == pytest.approx(0.035)

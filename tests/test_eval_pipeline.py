@@ -190,6 +190,19 @@ def test_from_trace_scoring_of_perfect_traces(dataset: Path, tmp_path: Path) -> 
     assert audit["self_consistency_rate_among_answered"] == 1.0
 
 
+def test_unanswered_first_sample_is_wrong_in_every_headline_and_the_export(dataset: Path, tmp_path: Path) -> None:
+    out = _sample(dataset, tmp_path, SamplingConfig(k=2), wrong={0: "I cannot tell"})  # every first sample abstains
+    preds = collect_predictions(find_scenes(dataset), load_completions(out))
+    m = score_predictions(preds, "abstainer", "dependent_given_prerequisite")
+    oc = m["object_counting"]
+    assert oc["acc@1"] == 0.0 and oc["n"]["acc@1"] == 32 and oc["coverage@1"] == 0.0
+    assert m["summary"]["object_count"] == 0.0  # over all 32 scenes, not NaN over none
+    table = first_sample_table(preds, "abstainer")
+    np.testing.assert_array_equal(table.correct["main"], np.zeros(32))  # scored 0, as the released GLM file
+    assert np.isnan(table.pred["main"]).all() and np.isnan(table.correct["task5"]).all()  # sub-tasks stay empty
+    assert oc["pass@2"] == 1.0  # the second samples answer
+
+
 def test_shortcut_trace_is_detected(dataset: Path, tmp_path: Path) -> None:
     out = _sample(dataset, tmp_path, SamplingConfig(k=1))
     records = load_completions(out)
@@ -217,7 +230,8 @@ def test_independent_scoring_counts_missing_and_majority(dataset: Path, tmp_path
     assert preds.counts["absent"] == 3 and preds.counts["unparseable"] == 32 * 3 - 1
     m = score_predictions(preds, "qwen-toy", "prerequisite_given_dependent")
     oc = m["object_counting"]
-    assert oc["acc@1_n"] == 0 and math.isnan(oc["acc@1"])  # every first sample unparseable: excluded
+    assert oc["acc@1_n"] == 32 and oc["acc@1"] == 0.0  # every first sample unparseable: wrong, over all scenes
+    assert oc["coverage@1"] == 0.0 and math.isnan(oc["acc@1_answered"]) and oc["n"]["acc@1_answered"] == 0
     assert oc["maj@3"] == 0.0  # 99 and the truth tie with one vote each; 99 came first
     assert oc["pass@3"] == 1.0
     assert m["decoding"]["task5"]["scenes_without_answer"] == 1
@@ -561,15 +575,18 @@ def test_score_shows_n_and_refuses_low_coverage(dataset: Path, tmp_path: Path) -
     res = _score_cli(one, dataset, tmp_path / "o", "--min-coverage", "0")
     assert res.exit_code == 0, res.output
     assert "most scenes are absent" in res.output
-    assert "acc@1 1.0000 (n=1)  maj@1 0.0312 (n=32)  pass@1 0.0312 (n=32)  scenes 1/32" in res.output
+    assert ("acc@1 0.0312 (n=32)  maj@1 0.0312 (n=32)  pass@1 0.0312 (n=32)  coverage@1 0.0312  "
+            "acc@1_answered 1.0000 (n=1)  scenes 1/32") in res.output
     m = json.loads((tmp_path / "o" / "metrics_m.json").read_text())
     assert m["coverage"] == {"scenes": 32, "scenes_covered": 1, "share": 1 / 32}
-    assert m["object_counting"]["n"] == {"acc@1": 1, "maj@1": 32, "pass@1": 32, "selected@1[self_consistent]": 32,
+    assert m["object_counting"]["n"] == {"acc@1": 32, "acc@1_answered": 1, "maj@1": 32, "pass@1": 32,
+                                         "selected@1[self_consistent]": 32,
                                          "selected@1[self_consistent_and_invariants]": 32}
     report = CliRunner().invoke(app, ["eval", "report", "--metrics", str(tmp_path / "o" / "metrics_m.json"),
                                       "--out", str(tmp_path / "r")])
     assert report.exit_code == 0, report.output
-    assert "1.000 (n=1)" in (tmp_path / "r" / "report.md").read_text()
+    assert "0.031 (n=32)" in (tmp_path / "r" / "report.md").read_text()
+    assert "1.000 (n=1)" in (tmp_path / "r" / "report.md").read_text()  # answered-only, under its own column
     assert _score_cli(one, dataset, tmp_path / "o2", "--min-coverage", "1.5").exit_code != 0
 
 
@@ -582,3 +599,43 @@ def test_score_refuses_an_empty_completions_file(dataset: Path, tmp_path: Path) 
     res = _score_cli(empty, dataset, tmp_path / "o")
     assert res.exit_code == EXIT_USAGE and "holds no complete completion line" in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_completions_file_records_what_wrote_it_and_refuses_another(tmp_path: Path) -> None:
+    """Resuming into a file written by another checkpoint (two run folders both named ``hf``) or with other
+    sampling settings is refused, naming the difference; the same model and settings resume."""
+    pytest.importorskip("torch")
+    from PIL import Image
+
+    from eval.provenance import provenance_path
+    from spatialiq_train.tiny import save_tiny
+
+    sft, rl = save_tiny(tmp_path / "sft" / "hf", seed=0), save_tiny(tmp_path / "rl" / "hf", seed=1)
+    data = make_dataset(tmp_path / "data", structures=1)
+    for gt in (data / "benchmark").rglob("gt.json"):
+        Image.new("RGB", (64, 64), (120, 80, 40)).save(gt.parent / "view.png")
+    out = tmp_path / "c.jsonl"
+
+    def sample(model: Path, *extra: str):  # noqa: ANN202
+        return CliRunner().invoke(app, ["eval", "sample", "--model", str(model), "--data", str(data), "--out", str(out),
+                                        "--engine", "transformers", "--k", "1", "--max-new-tokens", "2", "--limit", "1",
+                                        *extra])
+
+    res = sample(sft)
+    assert res.exit_code == 0, res.output
+    record = json.loads(provenance_path(out).read_text())
+    assert record["model"] == str(sft.resolve()) and len(record["model_digest"]) == 64
+    assert record["sampling"]["k"] == 1 and record["sampling"]["temperature"] == 1.0
+    lines = out.read_bytes()
+    res = sample(sft)
+    assert res.exit_code == 0 and "1 already on file, 0 written" in res.output
+    res = sample(rl)
+    assert res.exit_code == EXIT_USAGE and "another model" in res.output
+    flat = " ".join(res.output.split())
+    assert "model_digest" in flat and str(rl.resolve()) in flat
+    res = sample(sft, "--temperature", "0.7")
+    assert res.exit_code == EXIT_USAGE and "temperature: 1.0 -> 0.7" in " ".join(res.output.split())
+    assert out.read_bytes() == lines  # nothing appended by a refused resume
+    provenance_path(out).unlink()  # a file from before provenance records: nothing says what wrote it
+    res = sample(sft)
+    assert res.exit_code == EXIT_USAGE and "no provenance record" in " ".join(res.output.split())

@@ -69,7 +69,7 @@ def test_probe_texts_skip_views_without_the_trace_fields() -> None:
 
 def test_split_may_name_a_train_partition(tmp_path: Path) -> None:
     """``--split rl`` reads the train views whose structure falls in the RL partition, as the traces decide it."""
-    from data_gen.splits import partition_of
+    from data_gen.splits import part_of
     from eval.scenes import find_scenes
     from spatialiq_train.views import LEAF_VIEWS, sample_relpath, view_relpath
 
@@ -78,9 +78,9 @@ def test_split_may_name_a_train_partition(tmp_path: Path) -> None:
         rel = view_relpath("train", s, LEAF_VIEWS[0])
         (tmp_path / rel).mkdir(parents=True)
         (tmp_path / rel / "gt.json").write_text(json.dumps(gt))
-    expected = {p: [s for s in range(1, 31) if partition_of(sample_relpath("train", s), "dapo") == p]
-                for p in ("rl", "warmup")}
-    assert expected["rl"] and expected["warmup"]  # 30 structures at 10% warm-up: both sides occupied
+    expected = {p: [s for s in range(1, 31) if part_of(sample_relpath("train", s)) == p]
+                for p in ("rl", "warmup", "val")}
+    assert expected["rl"] and expected["warmup"] and expected["val"]  # 30 structures: every part occupied
     for part, samples in expected.items():
         views = find_scenes(tmp_path, part)
         assert [v.view for v in views] == [view_relpath("train", s, LEAF_VIEWS[0]) for s in samples]

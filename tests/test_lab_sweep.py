@@ -58,9 +58,9 @@ def test_plan_writes_one_validated_recipe_per_variant(tmp_path: Path) -> None:
 
 def test_values_are_recorded_as_validated(tmp_path: Path) -> None:
     """YAML 1.1 reads 1e-6 as a string; the recipe makes it a float, and the index records the float."""
-    sweep = plan_sweep("tiny_cpu", [], [parse_vary("rl.learning_rate=[1e-6, 2]")], tmp_path, EvalSettings("d"))
-    assert [v.values["rl.learning_rate"] for v in sweep.variants] == [1e-6, 2.0]
-    assert [v.label for v in sweep.variants] == ["learning_rate1e-06", "learning_rate2"]
+    sweep = plan_sweep("tiny_cpu", [], [parse_vary("rl.learning_rate=[1e-6, 0.5]")], tmp_path, EvalSettings("d"))
+    assert [v.values["rl.learning_rate"] for v in sweep.variants] == [1e-6, 0.5]
+    assert [v.label for v in sweep.variants] == ["learning_rate1e-06", "learning_rate0.5"]
 
 
 def test_plan_refuses_bad_variants(tmp_path: Path) -> None:

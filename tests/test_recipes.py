@@ -248,3 +248,22 @@ def test_validate_imports_a_dotted_reward_module_only_when_asked(tmp_path: Path,
     assert marker.exists()  # imported: and refused, since it registers no reward called `score`
     assert checked.exit_code != 0 and "preflight_probe_mod:score" in checked.output
     sys.modules.pop("preflight_probe_mod", None)
+
+
+@pytest.mark.parametrize(("override", "key", "message"), [
+    ("sft.optimizer.learning_rate=1e8", "sft.optimizer.learning_rate", "below 1"),
+    ("rl.learning_rate=.inf", "rl.learning_rate", "finite"),
+    ("sft.learning_rate=.nan", "sft.learning_rate", "finite"),
+    ("sft.learning_rate=0", "sft.learning_rate", "> 0"),
+    ("rl.optimizer.max_grad_norm=.inf", "rl.optimizer.max_grad_norm", "finite"),
+    ("rl.optimizer.num_train_epochs=.inf", "rl.optimizer.num_train_epochs", "finite"),
+    ("rl.beta=.nan", "rl.beta", "finite"),
+    ("rl.optimizer.weight_decay=5", "rl.optimizer.weight_decay", "1"),
+    ("rl.epsilon=2", "rl.epsilon", "1"),
+    ("generation.temperature=1e9", "generation.temperature", "10"),
+    ("eval.temperature=.inf", "eval.temperature", "finite"),
+])
+def test_non_finite_and_absurd_hyperparameters_are_refused(override: str, key: str, message: str) -> None:
+    with pytest.raises(RecipeError, match=key.replace(".", r"\.")) as info:
+        load_recipe(RECIPES / "tiny_cpu.yaml", [override])
+    assert message in str(info.value)

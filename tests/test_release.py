@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from data_gen.dataset_card import card_text, features_yaml
 from spatialiq_train.cli import app
+from spatialiq_train.errors import EXIT_USAGE
 from spatialiq_train.release.card import CardInputs, DataFacts, eval_rows, model_card, recipe_differences
 from spatialiq_train.release.checksums import verify_sums, write_sums
 from spatialiq_train.release.hub import push_folder
@@ -226,3 +227,37 @@ def test_release_bad_input_is_one_error_line_naming_the_option(tmp_path: Path, c
     assert res.exit_code == 2 and len(errors) == 1, res.output
     assert errors[0].startswith("error: " + expected.format(t=tmp_path)), errors
     assert not (tmp_path / "rel").exists() and (run / "final" / "config.json").is_file()
+
+
+def _poison(model_dir: Path) -> str:
+    """Write one NaN into the first floating tensor of ``model_dir``'s weights; returns the tensor's name."""
+    from safetensors.torch import load_file, save_file
+
+    path = model_dir / "model.safetensors"
+    tensors = load_file(str(path))
+    name = next(n for n in sorted(tensors) if tensors[n].is_floating_point())
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return name
+
+
+def test_release_and_eval_sample_refuse_non_finite_weights(tiny_run: Path, tmp_path: Path) -> None:
+    from spatialiq_train.weights import checkpoint_digest
+
+    before = checkpoint_digest(tiny_run / "final")
+    name = _poison(tiny_run / "final")
+    assert checkpoint_digest(tiny_run / "final") != before
+    res = CliRunner().invoke(app, ["release", "--run", str(tiny_run), "--out", str(tmp_path / "rel")])
+    assert res.exit_code == EXIT_USAGE, res.output
+    assert f"--run checkpoint {tiny_run / 'final'} is broken: tensor {name!r} in model.safetensors holds NaN" \
+        in " ".join(res.output.split())
+    assert not (tmp_path / "rel").exists() and not (tmp_path / "rel.partial").exists()
+    data = tmp_path / "data"
+    gen = CliRunner().invoke(app, ["gen", "--out", str(data), "--structures", "1", "--seed", "0",
+                                   "--split", "benchmark", "--renderer", "none", "--quiet"])
+    assert gen.exit_code == 0, gen.output
+    res = CliRunner().invoke(app, ["eval", "sample", "--model", str(tiny_run / "final"), "--data", str(data),
+                                   "--out", str(tmp_path / "c.jsonl"), "--k", "1", "--engine", "transformers"])
+    assert res.exit_code == EXIT_USAGE, res.output
+    assert "--model" in res.output and "is broken" in res.output and name in " ".join(res.output.split())
+    assert not (tmp_path / "c.jsonl").exists()

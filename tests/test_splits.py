@@ -132,3 +132,43 @@ def test_an_empty_folder_is_not_a_clean_dataset(tmp_path: Path) -> None:
 
     res = CliRunner().invoke(app, ["check-splits", str(tmp_path)])
     assert res.exit_code == EXIT_USAGE and "no generated dataset found" in res.output  # bad input: 2 since issue 9.4
+
+
+def _trace_file(path: Path, ids: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"messages": [], "structure_id": s}) + "\n" for s in ids))
+
+
+def test_held_out_check_names_the_count_and_both_files(tmp_path: Path) -> None:
+    from spatialiq_train.errors import UserError
+    from spatialiq_train.splits import HeldOutError, check_held_out
+
+    _trace_file(tmp_path / "val.jsonl", ["a", "b", "c", "c"])
+    _trace_file(tmp_path / "warmup.jsonl", ["d", "e"])
+    _trace_file(tmp_path / "rl.jsonl", ["b", "c", "f"])
+    check_held_out(tmp_path, "val", ["warmup"])
+    check_held_out(tmp_path, None, ["warmup", "rl"])  # no validation: nothing to hold out
+    with pytest.raises(HeldOutError, match=r"val.jsonl shares 2 of its 3 structures with training split 'rl' "
+                                           r"\(.*rl.jsonl\), e.g. b") as info:
+        check_held_out(tmp_path, "val", ["warmup", "rl"])
+    assert isinstance(info.value, UserError)
+    with pytest.raises(HeldOutError, match="'rl' is also a training split"):
+        check_held_out(tmp_path, "rl", ["warmup", "rl"])
+    with pytest.raises(HeldOutError, match=r"trace file .*train.jsonl does not exist"):
+        check_held_out(tmp_path, "val", ["train"])
+
+
+def test_the_three_parts_are_one_disjoint_partition() -> None:
+    """val, warmup and rl: every train structure in exactly one part; val decided by the recorded trainval draw
+    (so train.jsonl and val.jsonl keep their contents), warm-up and RL split the rest by the dapo draw."""
+    ids = [f"s{i}" for i in range(4000)]
+    parts = {s: splits.part_of(s) for s in ids}
+    assert set(parts.values()) == set(splits.PARTS)
+    for s, part in parts.items():
+        assert (part == "val") == (splits.partition_of(s, "trainval") == "val")
+        if part != "val":
+            assert part == splits.partition_of(s, "dapo")
+    share = {p: sum(v == p for v in parts.values()) / len(ids) for p in splits.PARTS}
+    assert abs(share["val"] - 0.10) < 0.02 and abs(share["warmup"] - 0.09) < 0.02 and abs(share["rl"] - 0.81) < 0.03
+    old_overlap = [s for s in ids if splits.partition_of(s, "trainval") == "val"]
+    assert {parts[s] for s in old_overlap} == {"val"}  # the structures the independent draws also put in warmup/rl

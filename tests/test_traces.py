@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from data_gen.splits import partition_of
+from data_gen.splits import part_of, partition_of
 from data_gen.traces import build_traces, load_views, plain_target, write_traces
 from reward import get_reward
 from spatialiq_train.cli import app
@@ -52,13 +52,17 @@ def _gt(sample: int, view: int) -> dict:
 
 
 def _pick_ids(n_train: int) -> list[str]:
-    """Structure ids covering all four partitions (train, val, warmup, rl)."""
-    ids, kinds = [], set()
+    """Structure ids covering the three parts (val, warmup, rl), one val structure among them whose warm-up/RL
+    hash draw says warm-up and one whose draw says RL (the cases where the old independent partitions overlapped)."""
+    ids: list[str] = []
+    needed = {"val", "warmup", "rl", ("val", "warmup"), ("val", "rl")}
     i = 0
-    while len(ids) < n_train or not {"train", "val", "warmup", "rl"} <= kinds:
+    while len(ids) < n_train or needed:
         sid = f"struct{i:04d}"
-        ids.append(sid)
-        kinds |= {partition_of(sid, "trainval"), partition_of(sid, "dapo")}
+        kinds = {part_of(sid), (partition_of(sid, "trainval"), partition_of(sid, "dapo"))}
+        if len(ids) < n_train or kinds & needed:
+            ids.append(sid)
+            needed -= kinds
         i += 1
     return ids
 
@@ -130,12 +134,16 @@ def test_cli_writes_partitioned_files(tmp_path: Path) -> None:
     bench_ids = {r["structure_id"] for r in files["benchmark"]}
     assert train_ids and val_ids and warm_ids and rl_ids
     assert not train_ids & val_ids and not warm_ids & rl_ids
-    assert train_ids | val_ids == warm_ids | rl_ids
+    assert not val_ids & warm_ids and not val_ids & rl_ids  # validation is held out from both training parts
+    assert train_ids == warm_ids | rl_ids
     assert not (train_ids | val_ids) & bench_ids
     assert bench_ids == {"bench0", "bench1", "bench2"}
-    assert all(partition_of(s, "trainval") == "val" for s in val_ids)
-    assert all(partition_of(s, "dapo") == "warmup" for s in warm_ids)
-    assert len(files["train"]) + len(files["val"]) == len(files["warmup"]) + len(files["rl"])
+    assert all(part_of(s) == "val" for s in val_ids)
+    assert all(part_of(s) == "warmup" for s in warm_ids) and all(part_of(s) == "rl" for s in rl_ids)
+    every = train_ids | val_ids  # train/val are the recorded trainval draw, as before (files unchanged)
+    assert val_ids == {s for s in every if partition_of(s, "trainval") == "val"}
+    assert warm_ids == {s for s in every if partition_of(s, "dapo") == "warmup"} - val_ids
+    assert len(files["train"]) == len(files["warmup"]) + len(files["rl"])
     assert len(files["benchmark"]) == 3 * n_views
 
 
@@ -214,7 +222,8 @@ def test_images_required_and_option_errors(tmp_path: Path) -> None:
     views = load_views(data)
     assert build_traces(views, "plain") == {}
     files = build_traces(views, "plain", require_images=False)
-    assert len(files["train"]) + len(files["val"]) == len(files["warmup"]) + len(files["rl"]) == len(views)
+    assert len(files["train"]) + len(files["val"]) == len(views)
+    assert len(files["warmup"]) + len(files["rl"]) == len(files["train"])
     with pytest.raises(ValueError, match="plain only"):
         build_traces(views, "cot", tasks=["task3"])
     with pytest.raises(ValueError, match="cot only"):

@@ -82,3 +82,37 @@ def test_rl_only_keys_may_change_until_rl_starts(tmp_path: Path) -> None:
     (tmp_path / "rl" / "checkpoint-2").mkdir(parents=True)
     with pytest.raises(RecipeError, match=r"rl\.beta differ and the RL phase has started"):
         _write_run_recipe(tiny_recipe(["vllm.gpu_memory_utilization=0.5", "reward.weights={format: 1}"]), tmp_path)
+
+
+def _leaky_val(traces: Path, shared_from: str, shared: int, own: int) -> None:
+    """A val.jsonl holding the first `shared` rows of `<shared_from>.jsonl` plus `own` rows of its own structures."""
+    import json
+
+    rows = [json.loads(line) for line in (traces / f"{shared_from}.jsonl").read_text().splitlines()][:shared]
+    rows += [{**rows[0], "structure_id": f"val-{i}"} for i in range(own)] if rows else []
+    (traces / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_validation_sharing_structures_with_training_stops_the_run_before_sft(tmp_path: Path, traces: Path) -> None:
+    from spatialiq_train.splits import HeldOutError
+    from spatialiq_train.train.run import run_dapo_tight
+
+    _leaky_val(traces, "rl", shared=2, own=1)
+    recipe = _recipe(tmp_path, traces, "data.eval_split=val", "rl.validation.every_steps=1", "logging.save_steps=1")
+    with pytest.raises(HeldOutError, match=r"val.jsonl shares 2 of its 3 structures with training split 'rl'"):
+        run_dapo_tight(recipe, tmp_path / "run")
+    assert not (tmp_path / "run" / "sft").exists()  # refused before the warm-up
+
+
+def test_standalone_phase_refuses_validation_sharing_its_split(tmp_path: Path, traces: Path) -> None:
+    from spatialiq_train.splits import HeldOutError
+    from spatialiq_train.train.phase import phase_datasets
+
+    _leaky_val(traces, "warmup", shared=1, own=2)
+    recipe = _recipe(tmp_path, traces, "data.eval_split=val", "sft.validation.every_steps=1", "logging.save_steps=1")
+    with pytest.raises(HeldOutError, match=r"shares 1 of its 3 structures with training split 'warmup'"):
+        phase_datasets(recipe, "sft", None, None)
+    _leaky_val(traces, "rl", shared=0, own=0)
+    (traces / "val.jsonl").write_text((traces / "rl.jsonl").read_text().replace('"rl-', '"val-'))
+    train, val = phase_datasets(recipe, "sft", None, None)  # held out: passes
+    assert len(train) == 4 and len(val) == 4

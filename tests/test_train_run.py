@@ -77,6 +77,48 @@ def test_dapo_tight_run_resumes_after_interruption(tmp_path: Path) -> None:
     assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
     assert load_processor(final).tokenizer.convert_tokens_to_ids("<|im_end|>") == model.config.eos_token_id
 
+    # A finished run is complete: a second run changes no byte of final/ (nor the phase folders) and says so.
+    before = _snapshot(out)
+    res = CliRunner().invoke(app, ["run", "dapo-tight", "--recipe", str(TINY_RECIPE), "--out", str(out), *overrides])
+    assert res.exit_code == 0, res.output
+    assert _snapshot(out) == before
+    assert json.loads((out / "rl" / "complete.json").read_text())["global_step"] == 4
+    # A larger budget is refused without --extend, and trains on from the last checkpoint with it.
+    res = CliRunner().invoke(app, ["run", "dapo-tight", "--recipe", str(TINY_RECIPE), "--out", str(out), *overrides,
+                                   "rl.max_steps=5"])
+    assert res.exit_code != 0 and "--extend" in res.output and _snapshot(out) == before
+    res = CliRunner().invoke(app, ["run", "dapo-tight", "--recipe", str(TINY_RECIPE), "--out", str(out), "--extend",
+                                   *overrides, "rl.max_steps=5"])
+    assert res.exit_code == 0, res.output
+    assert [r["step"] for r in read_metrics(out / "rl" / "metrics.jsonl")] == [1, 2, 3, 4, 5]
+    assert json.loads((out / "rl" / "complete.json").read_text())["global_step"] == 5
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path -> bytes)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_finished_sft_run_is_complete_and_a_rerun_changes_nothing(tmp_path: Path) -> None:
+    from spatialiq_train.cli import app
+
+    root = tmp_path / "data"
+    traces = write_traces(root, "warmup", 8, np.random.default_rng(3), answer=lambda i: i % 10)
+    args = ["train", "sft", "--recipe", str(TINY_RECIPE), "--out", str(tmp_path / "sft"),
+            f"data.traces_dir={traces}", f"data.data_root={root}", "sft.max_steps=2", "logging.save_steps=2"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    before = _snapshot(tmp_path / "sft")
+    assert "final/model.safetensors" in before and "complete.json" in before
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert _snapshot(tmp_path / "sft") == before  # no step 3 of 2, final/ not rewritten
+    res = CliRunner().invoke(app, [*args, "sft.max_steps=3"])
+    assert res.exit_code != 0 and "finished at step 2 under max_steps 2" in " ".join(res.output.split())
+    assert "--extend" in res.output and _snapshot(tmp_path / "sft") == before
+    res = CliRunner().invoke(app, [*args, "sft.max_steps=1", "--extend"])
+    assert res.exit_code != 0 and "less than it already trained" in " ".join(res.output.split())
+
 
 def test_run_refuses_a_different_recipe_in_the_same_folder(tmp_path: Path) -> None:
     from spatialiq_train.recipes import RecipeError

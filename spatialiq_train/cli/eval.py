@@ -78,6 +78,7 @@ def sample(
     config.task_prompts()  # every prompt up front: a task the dialect lacks fails here, not mid-run
     scenes = find_scenes(data, split)[:limit]
     check_model_source(model, "--model")
+    _check_model_and_out(model, config, out)
     max_images = 2 if set(config.task_list()) & PARTNER_STEP.keys() else 1
     gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device,
                              max_model_len=max_model_len or default_max_model_len(max_new_tokens),
@@ -91,11 +92,26 @@ def sample(
     typer.echo(f"{out}: {report.already_done} already on file, {report.written} written")
 
 
+def _check_model_and_out(model: str, config: object, out: Path) -> None:
+    """A local checkpoint with finite weights, and a completions file written by this model and these settings
+    (recorded beside it when new: `eval.provenance`)."""
+    from eval.completions import load_completions
+    from eval.provenance import check_or_record, sampling_record
+    from spatialiq_train.weights import check_finite_weights
+
+    if Path(model).is_dir():
+        check_finite_weights(model, "--model")
+    check_or_record(out, sampling_record(model, config), bool(load_completions(out)))  # type: ignore[arg-type]
+
+
 def _score_line(metrics: dict) -> str:
     """The console summary of a metrics file: every accuracy with its n, coverage, counts, parse rule."""
     oc, k, counts = metrics["object_counting"], metrics["k"], metrics["counts"]
     shown = "  ".join(f"{key} {oc[key]:.4f} (n={oc['n'][key]})" for key in ("acc@1", f"maj@{k}", f"pass@{k}")
                       if key in oc)
+    if "coverage@1" in oc:
+        shown += f"  coverage@1 {oc['coverage@1']:.4f}  acc@1_answered {oc['acc@1_answered']:.4f} " \
+                 f"(n={oc['n']['acc@1_answered']})"
     return (f"{shown}  scenes {counts['scenes_covered']}/{metrics['scenes']}  unparseable {counts['unparseable']}  "
             f"absent {counts['absent']}  unknown {counts['unknown_view_or_task']}  parse {metrics['parse']}")
 

@@ -13,6 +13,8 @@ import typer
 OVERRIDES = typer.Argument(None, help="Recipe overrides KEY.PATH=VALUE, e.g. rl.learning_rate=1e-6.")
 RECIPE = typer.Option(..., "--recipe", "-r", help="Recipe YAML (recipes/*.yaml).")
 OUT = typer.Option(None, "--out", "-o", help="Output folder (default: the recipe's run.output_dir).")
+EXTEND = typer.Option(False, "--extend", help="Train a finished run on to a larger step budget (else a finished run "
+                      "is complete and a rerun changes nothing).")
 
 
 def load_checked(recipe: Path, overrides: list[str] | None = None, import_rewards: bool = True):  # noqa: ANN201
@@ -30,32 +32,35 @@ def _out(recipe, out: Path | None, leaf: str) -> Path:  # noqa: ANN001
     return out if out is not None else Path(recipe.run.output_dir) / leaf
 
 
-def sft_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES) -> None:
+def sft_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES,
+            extend: bool = EXTEND) -> None:
     """Supervised fine-tuning (SFT-plain or SFT-CoT) on the recipe's data.sft_split; loss on assistant tokens."""
     from spatialiq_train.train.sft import run_sft
 
     rec = load_checked(recipe, overrides)
-    final = run_sft(rec, _out(rec, out, "sft"))
+    final = run_sft(rec, _out(rec, out, "sft"), extend=extend)
     typer.echo(f"SFT finished: {final}")
 
 
-def rl_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES) -> None:
+def rl_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES,
+           extend: bool = EXTEND) -> None:
     """GRPO under the DAPO recipe on data.rl_split, starting from (and KL-anchored to) rl.init_from."""
     from spatialiq_train.train.rl import run_rl
 
     rec = load_checked(recipe, overrides)
     if rec.rl.init_from is None and not rec.model.tiny:
         typer.echo("note: rl.init_from is not set; starting from (and anchoring to) model.name_or_path", err=True)
-    final = run_rl(rec, _out(rec, out, "rl"))
+    final = run_rl(rec, _out(rec, out, "rl"), extend=extend)
     typer.echo(f"RL finished: {final}")
 
 
-def dapo_tight_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES) -> None:
+def dapo_tight_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES,
+                   extend: bool = EXTEND) -> None:
     """Both DAPO-tight phases under one run folder: SFT warm-up, then RL; rerun to resume."""
     from spatialiq_train.train.run import run_dapo_tight
 
     rec = load_checked(recipe, overrides)
-    final = run_dapo_tight(rec, out if out is not None else Path(rec.run.output_dir))
+    final = run_dapo_tight(rec, out if out is not None else Path(rec.run.output_dir), extend=extend)
     typer.echo(f"DAPO-tight finished: {final}")
 
 

@@ -23,6 +23,7 @@ from spatialiq_train.release.checkpoint import (
     write_processor,
 )
 from spatialiq_train.release.checksums import SUMS_FILE, verify_sums, write_sums
+from spatialiq_train.weights import check_finite_weights
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
         raise ReleaseError(f"--data {data_root}: no manifest.json; give the dataset root `spatialiq gen` wrote "
                            "(or leave --data out to use the recipe's data.data_root)")
     model_dir = find_model_dir(run)
+    check_finite_weights(model_dir, "--run checkpoint")
     recipe_path = find_recipe(run, model_dir)
     recipe = _load_recipe_dict(recipe_path)
     metrics_data = _read_metrics(metrics)

@@ -44,6 +44,7 @@ def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: boo
         "use_cpu": not gpu,
         "gradient_checkpointing": gpu if gradient_checkpointing is None else gradient_checkpointing,
         "logging_steps": recipe.logging.logging_steps,
+        "logging_nan_inf_filter": False,  # a NaN loss is logged as NaN, and train.divergence stops the run
         "save_strategy": "steps",
         "save_steps": recipe.logging.save_steps,
         "save_total_limit": recipe.logging.save_total_limit,

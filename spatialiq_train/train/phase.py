@@ -100,10 +100,11 @@ def install_warm_start(trainer: Any, start_factor: float) -> None:
 
 
 def _phase_callbacks(recipe: Recipe, name: PhaseName, out: Path) -> list[Any]:
+    from spatialiq_train.train.divergence import make_divergence_callback
     from spatialiq_train.train.logging import make_metrics_callback
 
     callbacks = [make_metrics_callback(out / "metrics.jsonl", name, common.reporting(recipe),
-                                       recipe.logging.wandb_project)]
+                                       recipe.logging.wandb_project), make_divergence_callback(name)]
     val = section_of(recipe, name).validation
     if val.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
@@ -143,10 +144,15 @@ def phase_datasets(recipe: Recipe, name: PhaseName, train_dataset: Any, eval_dat
     from spatialiq_train.train.data import load_split
 
     d = recipe.data
+    trains_on_traces = train_dataset is None
     if train_dataset is None:
         train_dataset = load_split(d.traces_dir, split_of(recipe, name), d.data_root, name, d.max_examples)
     val = section_of(recipe, name).validation
     if eval_dataset is None and val.every_steps is not None and d.eval_split is not None:
+        if trains_on_traces:  # both splits come from trace files: validation must share no structure with training
+            from spatialiq_train.train.preflight import check_validation_held_out
+
+            check_validation_held_out(recipe, [split_of(recipe, name)])
         limit = min(x for x in (val.max_samples, d.max_examples, 1 << 62) if x is not None)
         eval_dataset = load_split(d.traces_dir, d.eval_split, d.data_root, name, limit)
     return train_dataset, eval_dataset
@@ -161,12 +167,24 @@ def run_phase(
     eval_dataset: Any = None,
     final_dir: str | Path | None = None,
     callbacks: list[Any] | None = None,
+    extend: bool = False,
 ) -> Path:
     """Train the phase (resuming from the newest checkpoint under `output_dir`, weights included) and export the
-    policy to `final_dir` (default `output_dir/final`; a LoRA adapter is kept in `output_dir/adapter`)."""
+    policy to `final_dir` (default `output_dir/final`; a LoRA adapter is kept in `output_dir/adapter`).
+
+    A phase already finished under the same step budget is complete: nothing is loaded or written and `final_dir`
+    is returned as it is. A larger budget needs `extend` (`train.completion`)."""
+    from spatialiq_train.train import completion
     from spatialiq_train.train.export import export_final
 
     out = Path(output_dir)
+    final = Path(final_dir) if final_dir else out / "final"
+    budget = completion.budget_of(section_of(recipe, spec.name).optimizer)
+    marker = completion.read_marker(out, budget)
+    if completion.decide(marker, budget, completion.final_ready(final), extend, str(out)) == "complete":
+        log.info("%s is complete (step %s of its budget; %s kept as it is): nothing to do. Pass --extend with a "
+                 "larger budget to train on", out, (marker or {}).get("global_step", "?"), final)
+        return final
     out.mkdir(parents=True, exist_ok=True)
     model_path = model_path or common.ensure_base_model(recipe, out)
     train_dataset, eval_dataset = phase_datasets(recipe, spec.name, train_dataset, eval_dataset)
@@ -175,4 +193,6 @@ def run_phase(
     if resume:
         log.info("resuming %s from %s", spec.name, resume)
     trainer.train(resume_from_checkpoint=resume)
-    return export_final(trainer, processor, Path(final_dir) if final_dir else out / "final", out / "adapter")
+    exported = export_final(trainer, processor, final, out / "adapter")
+    completion.write_marker(out, spec.name, budget, trainer.state.global_step, exported)
+    return exported

@@ -145,12 +145,14 @@ def run_rl(
     rewards: RewardSetup | None = None,
     callbacks: list[Any] | None = None,
     eval_dataset: Any = None,
+    extend: bool = False,
 ) -> Path:
     """Train (resuming from the newest checkpoint under `output_dir`) and export to `final_dir`
-    (default `output_dir/final`). The policy starts from `model_path`, else `rl.init_from`, else the base model."""
+    (default `output_dir/final`). The policy starts from `model_path`, else `rl.init_from`, else the base model.
+    A finished run is complete; a larger step budget needs `extend` (`phase.run_phase`)."""
     from spatialiq_train.io import check_model_source
 
     if model_path is None and recipe.rl.init_from is not None:
         model_path = check_model_source(recipe.rl.init_from, "rl.init_from")
     return phase.run_phase(rl_phase(recipe, rewards), recipe, output_dir, model_path, train_dataset, eval_dataset,
-                           final_dir, callbacks)
+                           final_dir, callbacks, extend)

@@ -54,9 +54,13 @@ def _rl_only(key: str) -> bool:
     return any(key == p or key.startswith(p + ".") for p in RL_ONLY)
 
 
-def _write_run_recipe(recipe: Recipe, out: Path) -> None:
-    """Keep the recipe beside the run. A rerun may change RL-only keys (`RL_ONLY`) until the RL phase has started;
-    any other difference is refused, naming the keys that differ."""
+EXTEND_KEYS: tuple[str, ...] = ("rl.optimizer.max_steps", "rl.optimizer.num_train_epochs")
+"""The RL step budget: with `--extend` it may grow after the RL phase has started."""
+
+
+def _write_run_recipe(recipe: Recipe, out: Path, extend: bool = False) -> None:
+    """Keep the recipe beside the run. A rerun may change RL-only keys (`RL_ONLY`) until the RL phase has started,
+    and with `extend` the RL step budget (`EXTEND_KEYS`) after; any other difference is refused, naming the keys."""
     import yaml
 
     path = out / "recipe.yaml"
@@ -65,6 +69,12 @@ def _write_run_recipe(recipe: Recipe, out: Path) -> None:
         diff = recipe_differences(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, yaml.safe_load(text))
         blocking = [k for k in diff if not _rl_only(k)]
         rl_started = common.last_checkpoint(out / "rl") is not None
+        budget_only = rl_started and bool(diff) and set(diff) <= set(EXTEND_KEYS)
+        if budget_only and not extend:
+            raise RecipeError(f"{path}: the RL phase ran under another step budget ({', '.join(diff)} differ); pass "
+                              "--extend to train on to the new budget, or pick a new --out for a new run")
+        if extend and rl_started:
+            diff = [k for k in diff if k not in EXTEND_KEYS]
         if blocking or (diff and rl_started):
             keys = blocking or diff
             why = "they change the SFT phase" if blocking else "the RL phase has started"
@@ -84,19 +94,23 @@ def run_dapo_tight(
     rl_rewards: Any = None,
     sft_callbacks: list[Any] | None = None,
     rl_callbacks: list[Any] | None = None,
+    extend: bool = False,
 ) -> Path:
-    """Run (or resume) both phases; returns DIR/final. Datasets default to the recipe's trace splits."""
+    """Run (or resume) both phases; returns DIR/final. Datasets default to the recipe's trace splits. A finished
+    run is complete and a rerun changes nothing; a larger RL step budget needs `extend`."""
     from spatialiq_train.io import check_model_source
-    from spatialiq_train.train.preflight import check_rl_ready
+    from spatialiq_train.train.preflight import check_rl_ready, check_validation_held_out
     from spatialiq_train.train.rl import run_rl
     from spatialiq_train.train.sft import run_sft
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _write_run_recipe(recipe, out)
+    _write_run_recipe(recipe, out, extend)
     d = recipe.data
     if sft_dataset is None and rl_dataset is None and d.sft_split != d.rl_split:
         check_disjoint(d.traces_dir, d.sft_split, d.rl_split)
+    if sft_dataset is None and rl_dataset is None:  # before the warm-up: validation must be held out of both
+        check_validation_held_out(recipe, [d.rl_split] if recipe.rl.init_from else [d.sft_split, d.rl_split])
     sft_final = out / "sft" / "final"
     if recipe.rl.init_from:
         rl_model = check_model_source(recipe.rl.init_from, "rl.init_from")
@@ -111,4 +125,4 @@ def run_dapo_tight(
         run_sft(recipe, out / "sft", model_path=rl_model, train_dataset=sft_dataset, callbacks=sft_callbacks)
     init = recipe.rl.init_from or str(sft_final)
     return run_rl(recipe, out / "rl", model_path=init, train_dataset=rl_dataset, final_dir=out / "final",
-                  rewards=rl_rewards, callbacks=rl_callbacks)
+                  rewards=rl_rewards, callbacks=rl_callbacks, extend=extend)

@@ -68,8 +68,10 @@ def run_sft(
     eval_dataset: Any = None,
     final_dir: str | Path | None = None,
     callbacks: list[Any] | None = None,
+    extend: bool = False,
 ) -> Path:
     """Train (resuming from the newest checkpoint under `output_dir`) and export to `final_dir` (default
-    `output_dir/final`). Datasets default to the recipe's `data.sft_split` / `data.eval_split`."""
+    `output_dir/final`). Datasets default to the recipe's `data.sft_split` / `data.eval_split`. A finished run is
+    complete; a larger step budget needs `extend` (`phase.run_phase`)."""
     return phase.run_phase(sft_phase(recipe), recipe, output_dir, model_path, train_dataset, eval_dataset,
-                           final_dir, callbacks)
+                           final_dir, callbacks, extend)
