@@ -4,7 +4,8 @@ Predictions come as a ``(scenes, k)`` float array (NaN = no parseable answer) be
 ground-truth array. Rules, stated in every output through :data:`MAJORITY_RULE`:
 
 * acc@1: the first sample; a missing first answer is excluded from the denominator and counted.
-* ``n`` gives every accuracy's denominator: acc@1 over scenes with a first answer, the others over all scenes.
+* ``n`` gives every accuracy's denominator: acc@1 over scenes with a first answer, the others over all scenes;
+  ``correct`` gives every accuracy's success count.
 * maj@k: the most frequent parsed answer; missing answers do not vote; among tied values the one
   whose earliest occurrence comes first wins; a scene with no parseable answer counts as wrong.
 * pass@k: at least one of the k samples is correct; denominator = all scenes.
@@ -100,8 +101,13 @@ def decoding_metrics(preds: np.ndarray, gt: np.ndarray, verifier_scores: np.ndar
         "scenes_without_answer": int(np.isnan(preds).all(axis=1).sum()) if k else scenes,
         "majority_rule": MAJORITY_RULE,
     }
+    # success counts beside "n": a card's intervals come from these, whatever each accuracy's denominator
+    out["correct"] = {"acc@1": int((present & (first == gt)).sum()), f"maj@{k}": int((maj == gt).sum()),
+                      f"pass@{k}": int((n_correct > 0).sum())}
     if verifier_scores is not None and k:
-        out[f"selected@{k}"] = _acc(selected_vote(preds, verifier_scores) == gt)
+        selected = selected_vote(preds, verifier_scores) == gt
+        out[f"selected@{k}"] = _acc(selected)
         out["n"][f"selected@{k}"] = scenes  # type: ignore[index]
+        out["correct"][f"selected@{k}"] = int(selected.sum())  # type: ignore[index]
         out["selection_rule"] = SELECTION_RULE
     return out

@@ -251,6 +251,8 @@ def score_predictions(preds: SampledPredictions, name: str, convention: Conventi
                 sel = decoding_metrics(p, preds.gt[column], scores)
                 decoding[column][f"selected@{preds.k}[{label}]"] = sel[f"selected@{preds.k}"]
                 decoding[column]["n"][f"selected@{preds.k}[{label}]"] = len(preds.scenes)  # type: ignore[index]
+                decoding[column]["correct"][f"selected@{preds.k}[{label}]"] = sel["correct"][  # type: ignore[index]
+                    f"selected@{preds.k}"]
                 decoding[column]["selection_rule"] = sel["selection_rule"]
     out: dict[str, Any] = {
         "name": name, "mode": preds.mode, "k": preds.k, "scenes": len(preds.scenes), "convention": convention,
