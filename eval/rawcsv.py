@@ -13,6 +13,7 @@ import csv
 import io
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,8 @@ class ResponderTable:
     pred: dict[str, np.ndarray] = field(default_factory=dict)
     gt: dict[str, np.ndarray] = field(default_factory=dict)
     source: str = ""
+    group: str | None = None
+    """Responder group (``eval.groups``): text, trained_text or both; None when not recorded or given."""
 
     @property
     def tasks(self) -> list[str]:
@@ -227,8 +230,13 @@ def read_raw_csv(path: str | Path, name: str | None = None) -> ResponderTable:
     )
 
 
-def read_raw_dir(directory: str | Path) -> dict[str, ResponderTable]:
-    """Every ``eval_raw_<model>_text.csv`` (and the human ``eval_raw_human_frq.csv``) in ``directory``, by model."""
+def read_raw_dir(directory: str | Path, groups: Mapping[str, str] | None = None,
+                 published: bool = False) -> dict[str, ResponderTable]:
+    """Every ``eval_raw_<model>_text.csv`` (and the human ``eval_raw_human_frq.csv``) in ``directory``, by model,
+    each with its responder group from ``groups``, the folder's record or (``published``) the published groups
+    (``eval.groups.resolve_groups``; None where unknown)."""
+    from eval.groups import resolve_groups
+
     directory = Path(directory)
     if not directory.is_dir():
         raise RawDirError(f"raw results folder {directory} does not exist")
@@ -242,6 +250,9 @@ def read_raw_dir(directory: str | Path) -> dict[str, ResponderTable]:
         tables[model] = read_raw_csv(path, model)
     if not tables:
         raise RawDirError(f"no eval_raw_<model>_text.csv files (nor {HUMAN_FILE}) in {directory}")
+    resolved = resolve_groups({m: Path(t.source) for m, t in tables.items()}, directory, groups, published, HUMAN_FILE)
+    for model, table in tables.items():
+        table.group = resolved[model]
     return tables
 
 

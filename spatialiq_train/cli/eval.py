@@ -22,14 +22,22 @@ def paper_tables(
         help="Force prerequisite_given_dependent or dependent_given_prerequisite for every model in summary.csv "
              "(default: per model, as the published tables do; tables/ always follows the official rule)."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Draw figures/<name>.png for figure tables."),
+    group: list[str] = typer.Option([], "--group", help="NAME=GROUP (repeatable): a responder's group, text, "
+                                    "trained_text or both (default: --raw's responder_groups.json, which "
+                                    "`eval score --group` writes)."),
+    published_groups: bool = typer.Option(False, "--published-groups", help="Give the seventeen published "
+                                          "responders their published groups (by exact name)."),
 ) -> None:
     """The official analysis's 24 text-side tables and their figures, plus summary files, from raw files."""
+    from eval.groups import parse_group_options
     from eval.hierarchy import check_convention
     from eval.paper_tables import write_paper_tables
 
     if convention is not None:
         check_convention(convention, "--convention")  # before the raw files are read
-    for path in write_paper_tables(raw, out, convention, figures=figures):
+    groups = parse_group_options(group)
+    for path in write_paper_tables(raw, out, convention, figures=figures, groups=groups,
+                                   published=published_groups):
         typer.echo(str(path))
 
 
@@ -126,25 +134,31 @@ def score(
     mode: str | None = typer.Option(None, "--mode", help="from-trace or independent (default: from the file)."),
     k: int | None = typer.Option(None, "--k", help="Samples per scene (default: the most common number of completions "
                                  "per view and task in the file)."),
-    convention: str = typer.Option("dependent_given_prerequisite", "--convention",
-                                   help="Conditional convention of the summary columns (both are also reported)."),
+    convention: str | None = typer.Option(None, "--convention", help="Conditional convention of the summary columns "
+                                          "(default: the --group's, as the published tables; both are also reported)."),
     parse: str = typer.Option("official", "--parse", help="official (as the released evaluators read answers) or "
                               "strict (spatialiq_train.parsing.parse_trace); recorded in the metrics file."),
     min_coverage: float = typer.Option(0.9, "--min-coverage", help="Fail when fewer than this share of the scenes "
                                        "have a completion (lower it to score a subset on purpose)."),
     note: str | None = typer.Option(None, "--note", help="A caveat stored in the metrics file and shown at the top "
                                     "of reports and model cards built from it."),
+    group: str = typer.Option("trained_text", "--group", help="Responder group for the paper tables: trained_text "
+                              "(a trained checkpoint or its base model, Table 4), text (zero-shot, Table 1) or both; "
+                              "recorded in the metrics file and in OUT/responder_groups.json."),
 ) -> None:
     """Metrics JSON plus an eval_raw_<name>_text.csv export in the released layout."""
     from eval import score as scoring
     from eval.completions import load_for_scoring
+    from eval.groups import check_group, record_group
     from eval.hierarchy import check_convention
+    from eval.paper_tables import convention_for
     from eval.rawcsv import write_raw_csv
     from eval.scenes import find_scenes
     from spatialiq_train.io import atomic_write_json
 
     _check_score_options(mode, parse, k, min_coverage, name)
-    conv = check_convention(convention, "--convention")
+    check_group(group, "--group")
+    conv = check_convention(convention, "--convention") if convention else convention_for(group)
     scenes = find_scenes(data, split)
     records = load_for_scoring(completions)
     k = scoring.resolve_k(records, k, completions)
@@ -156,9 +170,11 @@ def score(
     metrics = scoring.score_predictions(preds, name, conv)
     if note:
         metrics["note"] = note
+    metrics["group"] = group
     metrics_path = out / f"metrics_{name}.json"
     atomic_write_json(metrics_path, scoring.jsonable(metrics))
     write_raw_csv(out / f"eval_raw_{name}_text.csv", scoring.first_sample_table(preds, name))
+    record_group(out, name, group)
     typer.echo(f"{metrics_path}: {_score_line(metrics)}")
 
 
