@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from data_gen.trace_kind import record_kind
 from eval.decoding import decoding_metrics
 from eval.stats import wilson_interval
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.release.card import CardInputs, eval_rows, model_card, successes_of
-from spatialiq_train.release.release import make_public, record_trace_kind, run_phases, trace_kind
+from spatialiq_train.release.release import make_public, run_phases, trace_kind
 
 # The demo's metrics: 64 scenes, 51 answered on the first sample, 2 of them right.
 DEMO = {"name": "demo", "mode": "from-trace", "k": 4, "scenes": 64, "convention": "prerequisite_given_dependent",
@@ -89,7 +90,7 @@ def test_phases_and_trace_kind_are_read_from_the_run(tmp_path: Path) -> None:
     (traces / "train.jsonl").write_text(json.dumps({"messages": [user]}) + "\n")
     recipe = {"data": {"traces_dir": str(traces), "sft_split": "train", "rl_split": "rl"}}
     assert trace_kind(recipe, ("sft",)) == "plain" and trace_kind(recipe, ("rl",)) is None
-    assert record_trace_kind({"messages": [{"role": "system", "content": []}, user]}) == "cot"
+    assert record_kind({"messages": [{"role": "system", "content": []}, user]}) == "cot"
 
 
 def test_released_files_are_world_readable(tmp_path: Path) -> None:

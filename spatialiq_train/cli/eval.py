@@ -77,6 +77,8 @@ def sample(
     from spatialiq_train.errors import UserError
     from spatialiq_train.io import check_model_source
 
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1 (sample the first N scenes), got {limit}; leave it out for all")
     try:
         config = SamplingConfig(mode=mode, k=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                 dialect=dialect, cot_system_prompt=cot_system_prompt, seed=seed,

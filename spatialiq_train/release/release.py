@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from data_gen.trace_kind import record_kind
 from spatialiq_train.errors import UserError
 from spatialiq_train.io import atomic_write_text, read_json
 from spatialiq_train.release.card import PHASES, CardInputs, DataFacts, model_card
@@ -94,12 +95,6 @@ def run_phases(run: Path, model_dir: Path) -> tuple[str, ...] | None:
     return tuple(p for p in PHASES if p in seen) or None
 
 
-def record_trace_kind(record: dict[str, Any]) -> str:
-    """``cot`` when a trace record has a system turn (the CoT system prompt), else ``plain`` (data_gen.traces)."""
-    messages = record.get("messages") or []
-    return "cot" if any(isinstance(m, dict) and m.get("role") == "system" for m in messages) else "plain"
-
-
 def trace_kind(recipe: dict[str, Any] | None, phases: tuple[str, ...] | None) -> str | None:
     """The trace kind of the split the run trained on (first record of the recipe's trace file); None if unread."""
     data = (recipe or {}).get("data") or {}
@@ -111,7 +106,7 @@ def trace_kind(recipe: dict[str, Any] | None, phases: tuple[str, ...] | None) ->
         if data.get(key) and path.is_file():
             rows = _jsonl_rows(path)
             if rows:
-                return record_trace_kind(rows[0])
+                return record_kind(rows[0])
     return None
 
 
