@@ -86,7 +86,8 @@ def analyze(
     data: Path = typer.Option(..., "--data", help="Dataset root the completions were sampled from."),
     out: Path = typer.Option(..., "--out", help="Output folder: rewards.csv, summary.csv, report.md, PNG plots."),
     rewards: str = typer.Option("default,stepwise,consistency", "--rewards", help="Comma-separated reward names or "
-                                "dotted paths 'pkg.module:function' (combinations add a column per term)."),
+                                "dotted paths 'pkg.module:function' (combinations add a column per term); a factory "
+                                "takes parameters as NAME:KEY=VALUE:KEY=VALUE, e.g. overlong:max_len=2048:cache=512."),
     split: str = typer.Option("benchmark", "--split", help="Split of --data, as for `eval sample` (train, benchmark "
                               "or a train partition: val, warmup, rl)."),
     k: int | None = typer.Option(None, "--k", help="Samples per view (default: inferred as `eval score` does)."),
