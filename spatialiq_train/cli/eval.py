@@ -128,10 +128,12 @@ def _check_score_options(mode: str | None, parse: str, k: int | None, min_covera
 
 @eval_app.command("score")
 def score(
-    completions: Path = typer.Option(..., "--completions", help="Completions JSONL from `spatialiq eval sample`."),
-    data: Path = typer.Option(..., "--data", help="Dataset root the completions were sampled from."),
+    completions: Path | None = typer.Option(None, "--completions", help="Completions JSONL from `spatialiq eval "
+                                            "sample` (or give --raw)."),
+    data: Path | None = typer.Option(None, "--data", help="Dataset root the completions were sampled from."),
     out: Path = typer.Option(..., "--out", help="Output folder."),
-    name: str = typer.Option(..., "--name", help="Responder name (used in file names and tables)."),
+    name: str | None = typer.Option(None, "--name", help="Responder name (used in file names and tables); with --raw, "
+                                    "the name of a one-responder file without a model column."),
     split: str = typer.Option("benchmark", "--split", help="Split folder of --data, as for `eval sample`."),
     mode: str | None = typer.Option(None, "--mode", help="from-trace or independent (default: from the file)."),
     k: int | None = typer.Option(None, "--k", help="Samples per scene (default: the most common number of completions "
@@ -147,6 +149,9 @@ def score(
     group: str = typer.Option("trained_text", "--group", help="Responder group for the paper tables: trained_text "
                               "(a trained checkpoint or its base model, Table 4), text (zero-shot, Table 1) or both; "
                               "recorded in the metrics file and in OUT/responder_groups.json."),
+    raw: list[Path] = typer.Option([], "--raw", help="Instead of --completions/--data: predictions files in the "
+                                   "released eval_raw layout (per task X, X_pred, X_gt; an optional model column "
+                                   "holds several responders); repeatable. One metrics file per responder."),
 ) -> None:
     """Metrics JSON plus an eval_raw_<name>_text.csv export in the released layout."""
     from eval import score as scoring
@@ -156,11 +161,17 @@ def score(
     from eval.paper_tables import convention_for
     from eval.rawcsv import write_raw_csv
     from eval.scenes import find_scenes
+    from spatialiq_train.errors import UserError
     from spatialiq_train.io import atomic_write_json
 
-    _check_score_options(mode, parse, k, min_coverage, name)
     check_group(group, "--group")
     conv = check_convention(convention, "--convention") if convention else convention_for(group)
+    if raw:
+        _score_raw(raw, out, name, conv, group, note, completions or data)
+        return
+    if completions is None or data is None or name is None:
+        raise UserError("eval score needs --completions, --data and --name (or --raw FILE for predictions files)")
+    _check_score_options(mode, parse, k, min_coverage, name)
     scenes = find_scenes(data, split)
     records = load_for_scoring(completions)
     k = scoring.resolve_k(records, k, completions)
@@ -178,6 +189,34 @@ def score(
     write_raw_csv(out / f"eval_raw_{name}_text.csv", scoring.first_sample_table(preds, name))
     record_group(out, name, group)
     typer.echo(f"{metrics_path}: {_score_line(metrics)}")
+
+
+def _score_raw(raw: list[Path], out: Path, name: str | None, conv: str, group: str, note: str | None,
+               sampled: Path | None) -> None:
+    """`eval score --raw`: every responder of the predictions files, scored from its recorded predictions."""
+    from eval import score as scoring
+    from eval.groups import record_group
+    from eval.rawcsv import read_prediction_files, write_raw_csv
+    from spatialiq_train.errors import UserError
+    from spatialiq_train.io import atomic_write_json
+
+    if sampled is not None:
+        raise UserError(f"--raw reads predictions files; {sampled} (--completions/--data) belongs to the other input: "
+                        "give one or the other")
+    tables = read_prediction_files(raw, name)
+    if name is not None and len(tables) > 1:
+        raise UserError(f"--name {name!r} names one responder, but --raw holds {len(tables)} ({', '.join(tables)})")
+    for model, table in tables.items():
+        _check_score_options(None, "official", None, 0.0, model)
+        metrics = scoring.score_table(table, conv)  # type: ignore[arg-type]
+        if note:
+            metrics["note"] = note
+        metrics["group"] = group
+        path = out / f"metrics_{model}.json"
+        atomic_write_json(path, scoring.jsonable(metrics))
+        write_raw_csv(out / f"eval_raw_{model}_text.csv", table)
+        record_group(out, model, group)
+        typer.echo(f"{path}: {_score_line(metrics)}")
 
 
 @eval_app.command("report")

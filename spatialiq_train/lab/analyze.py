@@ -33,7 +33,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "shortcut_reward_gap", "format_failure_reward_gap", *PROBE_COLUMNS, "reference_mean",
 )
 AUC_WITHIN = "within views"
-AUC_ACROSS = "across views (k = 1: no view holds two samples, so correct and incorrect completions of different views)"
+AUC_ACROSS = "across views (k = 1)"
 """summary.csv: one row per reward column; probe_<name> is the mean payout relative to the faithful trace."""
 PROBE_CHUNK = 256
 """Views per batch of probe completions (the padded probe is 50 kB each, so batches bound the memory)."""

@@ -122,7 +122,8 @@ def notes(result: Analysis) -> list[str]:
            "mean reward minus the faithful traces'"]
     if t.k <= 1:
         out.append(f"- {single_sample_reason(t.k).replace(chr(10), ' ')}: `zero_variance_groups` is n/a and "
-                   "`auc_exact_match` compares completions of different views (`auc_scope`)")
+                   "`auc_exact_match` compares correct and incorrect completions of different views, so view "
+                   "difficulty enters it (`auc_scope`)")
     negative = [str(row["reward"]) for row in result.summary
                 if isinstance(row["reference_mean"], float) and row["reference_mean"] < 0]
     if negative:

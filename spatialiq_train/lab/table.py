@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eval.completions import Completion, Key
+from eval.rawcsv import META_COLUMNS, ResponderTable
 from eval.scenes import Scene
 from eval.score import TRACE_TASKS
 from spatialiq_train.errors import UserError
@@ -112,3 +113,40 @@ def build_table(scenes: Sequence[Scene], completions: Mapping[Key, Completion], 
                            np.array([c.sample for c in kept]), [c.text for c in kept], em.astype(float),
                            err.astype(float), lines.astype(int), sc.astype(float), faithful.astype(bool),
                            complete.astype(bool), skipped)
+
+
+@dataclass(frozen=True)
+class PredictionView:
+    """A view read from a predictions file: its path and the ground truth its columns record."""
+
+    view: str
+    gt: dict[str, int]
+
+
+PREDICTION_TEXT = ("rebuilt from the recorded predictions as `<answer>N</answer>` (main_pred; empty without one): "
+                   "the file holds no traces, so rewards that read a trace see none")
+
+
+def _gt_of(responder: ResponderTable, i: int) -> dict[str, int]:
+    gt = {("task_main" if c == "main" else c): responder.gt[c][i] for c in responder.tasks}
+    gt.update({c: responder.meta[c][i] for c in META_COLUMNS})
+    return {k: int(v) for k, v in gt.items() if np.isfinite(v)}
+
+
+def table_from_predictions(responder: ResponderTable) -> CompletionTable:
+    """One completion per view of a released-layout predictions file (k = 1), its text :data:`PREDICTION_TEXT`;
+    views without an Object Counting ground truth are left out. No trace: never complete, never faithful."""
+    keep = [i for i in range(len(responder)) if np.isfinite(responder.gt["main"][i])]
+    if not keep:
+        raise UserError(f"{responder.source}: responder {responder.name!r} has no view with main_gt")
+    pred, truth = responder.pred["main"][keep], responder.gt["main"][keep]
+    texts = [f"<answer>{int(p)}</answer>" if np.isfinite(p) else "" for p in pred]
+    lines = [c for c in TRACE_TASKS if c in responder.pred]
+    subtasks = sum((responder.pred[c][keep] == responder.gt[c][keep]).astype(int) for c in lines) if lines else 0
+    n = len(keep)
+    return CompletionTable(
+        [PredictionView(responder.views[i], _gt_of(responder, i)) for i in keep],  # type: ignore[misc]
+        np.arange(n), np.zeros(n, dtype=int), texts, (pred == truth).astype(float),
+        np.where(np.isfinite(pred), np.abs(pred - truth), np.nan), np.zeros(n, dtype=int) + subtasks,
+        np.full(n, np.nan), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool),
+        {"other_task": 0, "unknown_view": len(responder) - n, "beyond_k": 0})
