@@ -149,6 +149,8 @@ def score(
     group: str = typer.Option("trained_text", "--group", help="Responder group for the paper tables: trained_text "
                               "(a trained checkpoint or its base model, Table 4), text (zero-shot, Table 1) or both; "
                               "recorded in the metrics file and in OUT/responder_groups.json."),
+    limit: int | None = typer.Option(None, "--limit", help="Score the first N scenes only, as `eval sample --limit "
+                                     "N` sampled them: every metric over the same N (coverage too)."),
     raw: list[Path] = typer.Option([], "--raw", help="Instead of --completions/--data: predictions files in the "
                                    "released eval_raw layout (per task X, X_pred, X_gt; an optional model column "
                                    "holds several responders); repeatable. One metrics file per responder."),
@@ -172,7 +174,9 @@ def score(
     if completions is None or data is None or name is None:
         raise UserError("eval score needs --completions, --data and --name (or --raw FILE for predictions files)")
     _check_score_options(mode, parse, k, min_coverage, name)
-    scenes = find_scenes(data, split)
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1 (score the first N scenes), got {limit}; leave it out for all")
+    scenes = find_scenes(data, split)[:limit]
     records = load_for_scoring(completions)
     k = scoring.resolve_k(records, k, completions)
     preds = scoring.collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
