@@ -107,6 +107,7 @@ def test_released_files_are_world_readable(tmp_path: Path) -> None:
 def test_card_summary_without_sft(phases: tuple[str, ...] | None) -> None:
     text = model_card(CardInputs(name="m", run_recipe={}, base_recipe=None, base_model="b", phases=phases))
     assert "SFT" not in text.split("## What was trained")[0]
+    assert ("- rlvr" in text.split("---")[1]) == (phases == ("rl",))  # RL tags only for a recorded RL phase
 
 
 def test_push_prerequisites_are_checked_before_building(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

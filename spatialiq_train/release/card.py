@@ -149,7 +149,7 @@ def eval_rows(metrics: dict[str, Any]) -> list[EvalRow]:
 def front_matter(inputs: CardInputs) -> dict[str, Any]:
     meta: dict[str, Any] = {"license": inputs.license, "base_model": inputs.base_model, "library_name": "transformers",
                             "pipeline_tag": "image-text-to-text",
-                            "tags": TAGS[:2] + (RL_TAGS if "rl" in (inputs.phases or PHASES) else []) + TAGS[2:]}
+                            "tags": TAGS[:2] + (RL_TAGS if "rl" in (inputs.phases or ()) else []) + TAGS[2:]}
     if inputs.datasets:
         meta["datasets"] = list(inputs.datasets)
     if inputs.metrics:
