@@ -110,7 +110,8 @@ def _score_line(metrics: dict) -> str:
             f"absent {counts['absent']}  unknown {counts['unknown_view_or_task']}  parse {metrics['parse']}")
 
 
-def _check_score_options(mode: str | None, parse: str, k: int | None, min_coverage: float, name: str) -> None:
+def _check_score_options(mode: str | None, parse: str, k: int | None, min_coverage: float, name: str,
+                         limit: int | None = None) -> None:
     """The option mistakes `eval score` can see before reading any file, as a UserError naming the option."""
     from spatialiq_train.errors import UserError
 
@@ -122,6 +123,8 @@ def _check_score_options(mode: str | None, parse: str, k: int | None, min_covera
         raise UserError(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
     if not 0.0 <= min_coverage <= 1.0:
         raise UserError(f"--min-coverage must be a share between 0 and 1, got {min_coverage}")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1 (score the first N scenes), got {limit}; leave it out for all")
     if not name or name.strip(".") == "" or any(not (c.isalnum() or c in "._+-") for c in name):
         raise UserError(f"--name {name!r}: use letters, digits and . _ + - only (it becomes part of file names)")
 
@@ -158,13 +161,11 @@ def score(
     """Metrics JSON plus an eval_raw_<name>_text.csv export in the released layout."""
     from eval import score as scoring
     from eval.completions import load_for_scoring
-    from eval.groups import check_group, record_group
+    from eval.groups import check_group
     from eval.hierarchy import check_convention
     from eval.paper_tables import convention_for
-    from eval.rawcsv import write_raw_csv
     from eval.scenes import find_scenes
     from spatialiq_train.errors import UserError
-    from spatialiq_train.io import atomic_write_json
 
     check_group(group, "--group")
     conv = check_convention(convention, "--convention") if convention else convention_for(group)
@@ -173,9 +174,7 @@ def score(
         return
     if completions is None or data is None or name is None:
         raise UserError("eval score needs --completions, --data and --name (or --raw FILE for predictions files)")
-    _check_score_options(mode, parse, k, min_coverage, name)
-    if limit is not None and limit < 1:
-        raise UserError(f"--limit must be at least 1 (score the first N scenes), got {limit}; leave it out for all")
+    _check_score_options(mode, parse, k, min_coverage, name, limit)
     scenes = find_scenes(data, split)[:limit]
     records = load_for_scoring(completions)
     k = scoring.resolve_k(records, k, completions)
@@ -185,12 +184,22 @@ def score(
     if warning:
         typer.echo(f"warning: {warning}", err=True)
     metrics = scoring.score_predictions(preds, name, conv)
+    _write_scored(out, name, metrics, scoring.first_sample_table(preds, name), group, note)
+
+
+def _write_scored(out: Path, name: str, metrics: dict, table: object, group: str, note: str | None) -> None:
+    """metrics_<name>.json (with the note and group), the eval_raw export, the group record; one console line."""
+    from eval import score as scoring
+    from eval.groups import record_group
+    from eval.rawcsv import write_raw_csv
+    from spatialiq_train.io import atomic_write_json
+
     if note:
         metrics["note"] = note
     metrics["group"] = group
     metrics_path = out / f"metrics_{name}.json"
     atomic_write_json(metrics_path, scoring.jsonable(metrics))
-    write_raw_csv(out / f"eval_raw_{name}_text.csv", scoring.first_sample_table(preds, name))
+    write_raw_csv(out / f"eval_raw_{name}_text.csv", table)  # type: ignore[arg-type]
     record_group(out, name, group)
     typer.echo(f"{metrics_path}: {_score_line(metrics)}")
 
@@ -199,10 +208,8 @@ def _score_raw(raw: list[Path], out: Path, name: str | None, conv: str, group: s
                sampled: Path | None) -> None:
     """`eval score --raw`: every responder of the predictions files, scored from its recorded predictions."""
     from eval import score as scoring
-    from eval.groups import record_group
-    from eval.rawcsv import read_prediction_files, write_raw_csv
+    from eval.rawcsv import read_prediction_files
     from spatialiq_train.errors import UserError
-    from spatialiq_train.io import atomic_write_json
 
     if sampled is not None:
         raise UserError(f"--raw reads predictions files; {sampled} (--completions/--data) belongs to the other input: "
@@ -212,15 +219,7 @@ def _score_raw(raw: list[Path], out: Path, name: str | None, conv: str, group: s
         raise UserError(f"--name {name!r} names one responder, but --raw holds {len(tables)} ({', '.join(tables)})")
     for model, table in tables.items():
         _check_score_options(None, "official", None, 0.0, model)
-        metrics = scoring.score_table(table, conv)  # type: ignore[arg-type]
-        if note:
-            metrics["note"] = note
-        metrics["group"] = group
-        path = out / f"metrics_{model}.json"
-        atomic_write_json(path, scoring.jsonable(metrics))
-        write_raw_csv(out / f"eval_raw_{model}_text.csv", table)
-        record_group(out, model, group)
-        typer.echo(f"{path}: {_score_line(metrics)}")
+        _write_scored(out, model, scoring.score_table(table, conv), table, group, note)  # type: ignore[arg-type]
 
 
 @eval_app.command("report")
