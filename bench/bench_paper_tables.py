@@ -109,7 +109,7 @@ def main() -> None:
                 reference = Path(tmp) / "tables"
                 extract(args.from_git, TABLES_IN_GIT, lambda n: n.endswith(".csv"), reference)
         start = time.process_time()
-        tables = read_raw_dir(raw)
+        tables = read_raw_dir(raw, published=True)  # the published responders, by exact name
         read_s = time.process_time() - start
         timings: dict[str, float] = {}
         built = build_tables(tables, timings=timings)

@@ -22,13 +22,18 @@ class GenerationError(JobFailure, RuntimeError):
     """Generation failed; the message names the argument, view or shard (exit 1 unless raised with exit_code=2)."""
 
 
+MAX_STRUCTURES = 1_000_000
+"""Most structures one ``spatialiq gen`` run takes (16 million views): the plan is held in memory."""
+
+
 class GenConfig(BaseModel):
     """Arguments of ``spatialiq gen``."""
 
     model_config = ConfigDict(extra="forbid")
 
     out: Path
-    structures: int = Field(gt=0, description="number of structures (16 views each)")
+    structures: int = Field(gt=0, le=MAX_STRUCTURES, description="number of structures (16 views each); at most "
+                            "MAX_STRUCTURES, so an exponent typed by mistake fails here, before anything is written")
     seed: int = Field(ge=0, description="master seed")
     split: Literal["train", "benchmark"]
     workers: int = Field(1, ge=1)

@@ -66,7 +66,8 @@ def default_reference() -> Path:
 
 
 def load_reference(path: str | Path) -> Views:
-    """The released CSV's structure columns and ``task9_gt``; a structure is ``<run>/level_1/sample_NN``."""
+    """The released CSV's structure columns and ``task9_gt``; a structure is ``<run>/level_1/sample_NN``. A view on
+    two rows is refused, naming both lines."""
     path = Path(path)
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
@@ -76,7 +77,12 @@ def load_reference(path: str | Path) -> Views:
         rows = list(reader)
     values: dict[str, list[int]] = {f: [] for f in FIELDS}
     structures = []
+    first_line: dict[str, int] = {}
     for n, row in enumerate(rows, start=2):
+        seen = first_line.setdefault(row["view"], n)
+        if seen != n:
+            raise ValueError(f"{path}: line {n} repeats view {row['view']!r} of line {seen}; the reference holds one "
+                             "row per view (a repeated row would weigh that view twice): remove the repeat")
         structures.append(row["view"].rsplit("/", 2)[0])
         for f, col in _REF_COLUMNS.items():
             try:

@@ -143,3 +143,15 @@ def _manifest_shards(out: Path, report: VerifyReport) -> dict[str, str] | None:
         report.mismatches.append(Mismatch(layout.MANIFEST_FILE, "a manifest written by spatialiq gen",
                                           "unreadable JSON or no shards list"))
         return None
+
+
+def recorded_gt_mismatches(root: Path) -> list[Mismatch]:
+    """The ``gt.json`` files under ``root`` whose bytes differ from (or are missing against) the sha256 their shard's
+    completion record holds; [] for a dataset without records (the released benchmark)."""
+    root = Path(root)
+    found: list[Mismatch] = []
+    for done in sorted((root / "shards").glob("*.done.json")):
+        files = shards.read_record(done).get("files")
+        if isinstance(files, dict):
+            found += file_mismatches(root, {rel: str(h) for rel, h in files.items() if rel.endswith("/gt.json")})
+    return found

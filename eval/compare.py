@@ -28,12 +28,20 @@ def _aligned(a: ResponderTable, b: ResponderTable, task: str) -> tuple[np.ndarra
 
 
 def pairwise_mcnemar(tables: dict[str, ResponderTable], task: str = "main") -> list[dict[str, object]]:
-    """One row per pair of responders that both have ``task``; p-values BH-adjusted over the whole family."""
+    """One row per pair of responders that both have ``task``; p-values BH-adjusted over the whole family. A pair
+    with no view where both answered is refused (its n = 0 and p = 1 would say nothing, as if it said "no
+    difference")."""
     names = [n for n in tables if task in tables[n].correct]
     rows: list[dict[str, object]] = []
     for name_a, name_b in itertools.combinations(names, 2):
         ca, cb = _aligned(tables[name_a], tables[name_b], task)
         test = mcnemar_exact(ca, cb)
+        if test.n == 0:
+            a, b = tables[name_a], tables[name_b]
+            raise InputError(f"{a.source or name_a} and {b.source or name_b}: responders {name_a!r} and {name_b!r} "
+                             f"share no view where both have a {task!r} answer ({len(ca)} common view(s) of "
+                             f"{len(a)} and {len(b)}); a paired test needs the same scenes: compare files scored on "
+                             "the same --data and --split")
         both = ~np.isnan(ca) & ~np.isnan(cb)
         rows.append({
             "task": task, "model_a": name_a, "model_b": name_b, "n": test.n,

@@ -67,7 +67,13 @@ def load_completions(path: str | Path) -> dict[Key, Completion]:
     path = Path(path)
     if not path.exists():
         return {}
-    data = path.read_text(encoding="utf-8")
+    raw = path.read_bytes()
+    try:
+        data = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = raw[:exc.start].count(b"\n") + 1
+        raise InputError(f"{path}: line {lineno}: not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start}); "
+                         "a completions file is UTF-8 JSON lines: remove or re-encode that line") from None
     lines = data.split("\n")
     complete, tail = lines[:-1], lines[-1]
     if tail.strip():

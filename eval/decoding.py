@@ -7,7 +7,7 @@ ground-truth array. Rules, stated in every output through :data:`MAJORITY_RULE`:
   (so a policy cannot gain acc@1 by abstaining). Beside it, under their own names: ``coverage@1`` (share of scenes
   whose first sample has an answer) and ``acc@1_answered`` (accuracy over those scenes only).
 * ``n`` gives every accuracy's denominator: ``acc@1_answered`` over scenes with a first answer, the others over
-  all scenes.
+  all scenes; ``correct`` gives every accuracy's success count.
 * maj@k: the most frequent parsed answer; missing answers do not vote; among tied values the one
   whose earliest occurrence comes first wins; a scene with no parseable answer counts as wrong.
 * pass@k: at least one of the k samples is correct; denominator = all scenes.
@@ -112,8 +112,14 @@ def decoding_metrics(preds: np.ndarray, gt: np.ndarray, verifier_scores: np.ndar
         "scenes_without_answer": int(np.isnan(preds).all(axis=1).sum()) if k else scenes,
         "majority_rule": MAJORITY_RULE,
     }
+    # success counts beside "n": a card's intervals come from these, whatever each accuracy's denominator
+    out["correct"] = {ACC1: int((present & (first == gt)).sum()), ACC1_ANSWERED: int((present & (first == gt)).sum()),
+                      f"maj@{k}": int((maj == gt).sum()),
+                      f"pass@{k}": int((n_correct > 0).sum())}
     if verifier_scores is not None and k:
-        out[f"selected@{k}"] = _acc(selected_vote(preds, verifier_scores) == gt)
+        selected = selected_vote(preds, verifier_scores) == gt
+        out[f"selected@{k}"] = _acc(selected)
         out["n"][f"selected@{k}"] = scenes  # type: ignore[index]
+        out["correct"][f"selected@{k}"] = int(selected.sum())  # type: ignore[index]
         out["selection_rule"] = SELECTION_RULE
     return out

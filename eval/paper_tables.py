@@ -4,12 +4,12 @@ their figures (``figures/``), and this project's own summary files beside them.
 The summary files (``summary*.csv``, ``summation_2x2.csv``, ``composition.csv``, ``task_accuracy.csv``) follow
 these conventions, which reproduce the published numbers:
 
-* the conditional convention is chosen per model: names starting with ``sft-``, ``dapo`` or
-  ``qwen2.5-vl`` in any case (the trained-checkpoint rows of Table 4, with their zero-shot backbone) use
-  ``dependent_given_prerequisite``; every other responder, the human included, uses
+* the conditional convention is chosen per responder group (recorded or given, :mod:`eval.groups`; never from
+  the name): ``trained_text`` responders (the trained-checkpoint rows of Table 4, with their zero-shot backbone)
+  use ``dependent_given_prerequisite``; ``text`` responders and the human (group ``both``) use
   ``prerequisite_given_dependent``. A caller may force one convention for all models.
-* Groups: models in the first class form the ``trained_text`` group; the others the ``text`` group.
-  The human responder is reported in both groups (Figures 7/27, 22/28 and Tables 1/4 all carry it).
+* Groups: ``trained_text`` responders form the ``trained_text`` group, ``text`` ones the ``text`` group; the
+  human (``both``) is reported in both groups (Figures 7/27, 22/28 and Tables 1/4 all carry it).
 * Accuracies exclude missing predictions from their denominators (Gemini's Visible n = 2999);
   the summation 2x2 and composition use only rows where task5, task8 and main all exist.
 * ``mental_rotation_mean`` is the mean of task10 and task11 accuracies, present only when a
@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from eval.groups import HUMAN_GROUP, require_groups
 from eval.hierarchy import (
     CONVENTIONS,
     SUMMARY_COLUMNS,
@@ -30,13 +31,13 @@ from eval.hierarchy import (
     summary_row,
     summation_2x2,
 )
-from eval.paper.common import csv_text, display_name, is_trained
+from eval.paper.common import csv_text, display_name
 from eval.rawcsv import ResponderTable, read_raw_dir
 from eval.stats import accuracy
 from spatialiq_train.io import atomic_write_text
 from spatialiq_train.tasks import TASKS, get_task
 
-__all__ = ["csv_text", "display_name", "is_trained", "write_paper_tables"]
+__all__ = ["csv_text", "display_name", "write_paper_tables"]
 TASK_LABELS: tuple[tuple[str, str], ...] = tuple(
     (("Task" if t.paper_tag.startswith("S") else "Target") + t.paper_tag[1:], t.csv_column)
     for t in TASKS.values() if t.id != "task1"
@@ -61,26 +62,26 @@ TASK_ACCURACY_COLUMNS: tuple[str, ...] = (
 )
 
 
-def convention_for(model: str, override: str | None = None) -> Convention:
-    """The conditional convention the published tables use for ``model`` (or ``override``)."""
+def convention_for(group: str | None, override: str | None = None) -> Convention:
+    """The conditional convention the published tables use for a responder of ``group`` (or ``override``)."""
     if override is not None:
         return check_convention(override)
-    return "dependent_given_prerequisite" if is_trained(model) else "prerequisite_given_dependent"
+    return "dependent_given_prerequisite" if group == "trained_text" else "prerequisite_given_dependent"
 
 
-def groups_of(model: str) -> tuple[str, ...]:
-    """Published figure groups a model appears in (the human baseline is in both)."""
-    if model == "human":
+def groups_of(group: str | None) -> tuple[str, ...]:
+    """Published figure groups a responder of ``group`` appears in (``both``, the human baseline, is in each)."""
+    if group == HUMAN_GROUP:
         return ("text", "trained_text")
-    return ("trained_text",) if is_trained(model) else ("text",)
+    return (group,) if group else ()
 
 
 def summary_rows(tables: dict[str, ResponderTable], override: str | None = None) -> list[dict[str, object]]:
     rows = []
     for model, table in tables.items():
-        row: dict[str, object] = {"model": model, "display_name": display_name(model),
-                                  "convention": convention_for(model, override)}
-        row.update(summary_row(table, convention_for(model, override)))
+        conv = convention_for(table.group, override)
+        row: dict[str, object] = {"model": model, "display_name": display_name(model), "convention": conv}
+        row.update(summary_row(table, conv))
         rows.append(row)
     return rows
 
@@ -89,7 +90,7 @@ def summation_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object]]
     rows: list[dict[str, object]] = []
     for group in ("text", "trained_text"):
         for model in sorted(tables):
-            if group in groups_of(model):
+            if group in groups_of(tables[model].group):
                 for cell in summation_2x2(tables[model]):
                     rows.append({"group": group, "model": model, "display_name": display_name(model), **cell})
     return rows
@@ -99,7 +100,7 @@ def composition_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object
     rows: list[dict[str, object]] = []
     for group in ("text", "trained_text"):
         for model in sorted(tables):
-            if group in groups_of(model):
+            if group in groups_of(tables[model].group):
                 rows.append({"group": group, "model": model, "display_name": display_name(model),
                              **composition(tables[model])})
     return rows
@@ -110,7 +111,7 @@ def task_accuracy_rows(tables: dict[str, ResponderTable]) -> list[dict[str, obje
     rows: list[dict[str, object]] = []
     for group in ("text", "trained_text"):
         for model in sorted(tables):
-            if group not in groups_of(model):
+            if group not in groups_of(tables[model].group):
                 continue
             table = tables[model]
             for label, task in TASK_LABELS:
@@ -135,12 +136,16 @@ def both_convention_rows(tables: dict[str, ResponderTable]) -> list[dict[str, ob
 
 
 def write_paper_tables(raw_dir: str | Path, out_dir: str | Path, override: str | None = None,
-                       figures: bool = True) -> list[Path]:
+                       figures: bool = True, groups: dict[str, str] | None = None,
+                       published: bool = False) -> list[Path]:
     """Read every raw file in ``raw_dir``; write the official tables to ``out_dir/tables`` (figures to
-    ``out_dir/figures`` unless ``figures`` is False) and this project's summary files to ``out_dir``."""
+    ``out_dir/figures`` unless ``figures`` is False) and this project's summary files to ``out_dir``. Responder
+    groups come from ``groups``, the folder's record or (``published``) the published groups (:mod:`eval.groups`);
+    a responder with none is refused before anything is written."""
     from eval.paper.tables import write_tables
 
-    tables = read_raw_dir(raw_dir)
+    tables = read_raw_dir(raw_dir, groups, published)
+    require_groups({m: t.group for m, t in tables.items()}, raw_dir)
     out = Path(out_dir)
     summaries = summary_rows(tables, override)
     files = {

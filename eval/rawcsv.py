@@ -13,6 +13,7 @@ import csv
 import io
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,8 @@ TASK_ORDER: tuple[str, ...] = (
 )
 """Task column prefixes in the released column order (task1..task11 by number, then main), from ``TASKS``."""
 RAW_PATTERN = re.compile(r"^eval_raw_(?P<model>.+)_text\.csv$")
+MODEL_COLUMN = "model"
+"""An optional column naming the responder of each row (a predictions file holding several responders)."""
 HUMAN_FILE = "eval_raw_human_frq.csv"
 """The released human free-response file; read as model ``human`` (its ``X_pred`` is the adjudicated answer)."""
 
@@ -48,6 +51,8 @@ class ResponderTable:
     pred: dict[str, np.ndarray] = field(default_factory=dict)
     gt: dict[str, np.ndarray] = field(default_factory=dict)
     source: str = ""
+    group: str | None = None
+    """Responder group (``eval.groups``): text, trained_text or both; None when not recorded or given."""
 
     @property
     def tasks(self) -> list[str]:
@@ -205,6 +210,10 @@ def read_raw_csv(path: str | Path, name: str | None = None) -> ResponderTable:
     path = Path(path)
     name = name or model_name_from_file(path) or path.stem
     header, rows, lines = _read_rows(path)
+    return _table_of(path, name, header, rows, lines)
+
+
+def _table_of(path: Path, name: str, header: list[str], rows: list[list[str]], lines: list[int]) -> ResponderTable:
     tasks = _check_header(header, path)
     if not rows:
         raise RawCsvError(f"{path}: no data rows, only the header; expected one row per benchmark view")
@@ -227,8 +236,42 @@ def read_raw_csv(path: str | Path, name: str | None = None) -> ResponderTable:
     )
 
 
-def read_raw_dir(directory: str | Path) -> dict[str, ResponderTable]:
-    """Every ``eval_raw_<model>_text.csv`` (and the human ``eval_raw_human_frq.csv``) in ``directory``, by model."""
+def read_prediction_files(paths: Sequence[str | Path], name: str | None = None) -> dict[str, ResponderTable]:
+    """Responders from released-layout CSVs (``eval_raw_*``-style: per task ``X``, ``X_pred``, ``X_gt``). A file with a
+    ``model`` column holds one responder per value (its rows grouped by it, line numbers kept); a file without one
+    is one responder named ``name``, else by its ``eval_raw_<model>_text.csv`` name, else its stem. A responder found
+    twice is refused, naming both files."""
+    tables: dict[str, ResponderTable] = {}
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise RawCsvError(f"{path}: no such file; give eval_raw_<model>_text.csv-style prediction files")
+        header, rows, lines = _read_rows(path)
+        if MODEL_COLUMN in header:
+            at = header.index(MODEL_COLUMN)
+            groups: dict[str, tuple[list[list[str]], list[int]]] = {}
+            for row, line in zip(rows, lines, strict=True):
+                if not row[at].strip():
+                    raise RawCsvError(f"{path}: line {line}, column {MODEL_COLUMN!r}: empty responder name")
+                groups.setdefault(row[at].strip(), ([], []))[0].append(row)
+                groups[row[at].strip()][1].append(line)
+            found = {m: _table_of(path, m, header, r, ln) for m, (r, ln) in groups.items()}
+        else:
+            table = _table_of(path, name or model_name_from_file(path) or path.stem, header, rows, lines)
+            found = {table.name: table}
+        for model, table in found.items():
+            if model in tables:
+                raise RawCsvError(f"{path}: responder {model!r} already read from {tables[model].source}")
+            tables[model] = table
+    return tables
+
+
+def read_raw_dir(directory: str | Path, groups: Mapping[str, str] | None = None,
+                 published: bool = False) -> dict[str, ResponderTable]:
+    """Every ``eval_raw_<model>_text.csv`` (and the human ``eval_raw_human_frq.csv``) in ``directory``, by model,
+    each with its responder group from ``groups``, the folder's record or (``published``) the published groups
+    (``eval.groups.resolve_groups``; None where unknown)."""
+    from eval.groups import resolve_groups
+
     directory = Path(directory)
     if not directory.is_dir():
         raise RawDirError(f"raw results folder {directory} does not exist")
@@ -242,6 +285,9 @@ def read_raw_dir(directory: str | Path) -> dict[str, ResponderTable]:
         tables[model] = read_raw_csv(path, model)
     if not tables:
         raise RawDirError(f"no eval_raw_<model>_text.csv files (nor {HUMAN_FILE}) in {directory}")
+    resolved = resolve_groups({m: Path(t.source) for m, t in tables.items()}, directory, groups, published, HUMAN_FILE)
+    for model, table in tables.items():
+        table.group = resolved[model]
     return tables
 
 

@@ -256,6 +256,8 @@ def score_predictions(preds: SampledPredictions, name: str, convention: Conventi
                 sel = decoding_metrics(p, preds.gt[column], scores)
                 decoding[column][f"selected@{preds.k}[{label}]"] = sel[f"selected@{preds.k}"]
                 decoding[column]["n"][f"selected@{preds.k}[{label}]"] = len(preds.scenes)  # type: ignore[index]
+                decoding[column]["correct"][f"selected@{preds.k}[{label}]"] = sel["correct"][  # type: ignore[index]
+                    f"selected@{preds.k}"]
                 decoding[column]["selection_rule"] = sel["selection_rule"]
     out: dict[str, Any] = {
         "name": name, "mode": preds.mode, "k": preds.k, "scenes": len(preds.scenes), "convention": convention,
@@ -277,6 +279,31 @@ def score_predictions(preds: SampledPredictions, name: str, convention: Conventi
             preds.pred["main"], preds.gt["main"], {t: preds.pred[t] for t in TRACE_TASKS},
             {t: preds.gt[t] for t in TRACE_TASKS}, preds.self_consistency)
     return out
+
+
+RAW_PARSE_RULE = "as recorded in the predictions file (its X_pred columns; nothing is re-parsed)"
+
+
+def score_table(table: ResponderTable, convention: Convention) -> dict[str, Any]:
+    """Every number :func:`score_predictions` gives, for a responder read from a released-layout predictions file
+    (one answer per view and task: k = 1, the recorded predictions; no traces, so no faithfulness audit)."""
+    decoding: dict[str, Any] = {c: decoding_metrics(table.pred[c][:, None], table.gt[c]) for c in table.tasks}
+    answered = int((~np.isnan(table.pred["main"])).sum()) if "main" in table.pred else 0
+    return {
+        "name": table.name, "mode": "predictions", "k": 1, "scenes": len(table), "convention": convention,
+        "parse": "recorded", "parse_rule": RAW_PARSE_RULE, "source": table.source,
+        "coverage": {"scenes": len(table), "scenes_covered": len(table), "share": 1.0 if len(table) else math.nan},
+        "counts": {"completions": len(table), "unparseable": len(table) - answered, "absent": 0,
+                   "unknown_view_or_task": 0, "scenes_covered": len(table), "expected": len(table)},
+        "object_counting": decoding.get("main", {}),
+        "decoding": decoding,
+        "per_task": {c: accuracy(table.correct[c]).as_dict() for c in table.tasks},
+        "summary": summary_row(table, convention),
+        "summary_by_convention": {c: summary_row(table, c) for c in CONVENTIONS},
+        "summation_2x2": summation_2x2(table),
+        "composition": composition(table) if "task5" in table.pred and "task8" in table.pred else {},
+        "breakdowns": object_counting_breakdowns(table) if "main" in table.correct else {},
+    }
 
 
 def jsonable(obj: Any) -> Any:

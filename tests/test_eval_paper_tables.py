@@ -55,7 +55,7 @@ def tables_out(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     base = shared_dir / "fixtures" / "paper_outputs"
     out = tmp_path_factory.mktemp("paper_tables")
     result = CliRunner().invoke(app, ["eval", "paper-tables", "--raw", str(base / "raw"), "--out", str(out),
-                                      "--no-figures"])
+                                      "--no-figures", "--published-groups"])
     assert result.exit_code == 0, result.output
     return base / "expected", out
 
@@ -109,7 +109,7 @@ def test_summary_csv_has_exactly_the_issue_columns(tables_out: tuple[Path, Path]
 
 def test_convention_flag_overrides(shared_dir: Path, tmp_path: Path) -> None:
     raw = shared_dir / "fixtures" / "paper_outputs" / "raw"
-    write_paper_tables(raw, tmp_path, override="prerequisite_given_dependent")
+    write_paper_tables(raw, tmp_path, override="prerequisite_given_dependent", published=True)
     rows = {r["model"]: r for r in _read(tmp_path / "summary.csv")}
     # Under P(P|C) the DAPO chain pools both edges: 0.98777..., not the published P(C|P) value 0.93677...
     assert float(rows["dapo-7b-tight"]["referential_chain"]) == pytest.approx(0.9877777777777778, abs=TOL)
@@ -117,16 +117,13 @@ def test_convention_flag_overrides(shared_dir: Path, tmp_path: Path) -> None:
 
 
 def test_convention_rule_and_names() -> None:
-    assert convention_for("sft-32b-cot") == "dependent_given_prerequisite"
-    assert convention_for("dapo-7b-tight") == "dependent_given_prerequisite"
-    assert convention_for("Qwen2.5-VL-32B-Instruct") == "dependent_given_prerequisite"
-    assert convention_for("human") == "prerequisite_given_dependent"
-    assert convention_for("claude") == "prerequisite_given_dependent"
-    assert convention_for("human", "dependent_given_prerequisite") == "dependent_given_prerequisite"
+    assert convention_for("trained_text") == "dependent_given_prerequisite"
+    assert convention_for("text") == "prerequisite_given_dependent"
+    assert convention_for("both") == "prerequisite_given_dependent"  # the human baseline
+    assert convention_for("both", "dependent_given_prerequisite") == "dependent_given_prerequisite"
     with pytest.raises(ValueError, match="valid: prerequisite_given_dependent"):
-        convention_for("human", "given")
+        convention_for("both", "given")
     assert display_name("gemini") == "Gemini" and display_name("dapo-7b-tight") == "dapo-7b-tight"
-    assert convention_for("qwen2.5-vl-3b") == "dependent_given_prerequisite"  # the official rule ignores case
 
 
 def test_human_file_is_read_as_human(shared_dir: Path) -> None:
@@ -257,7 +254,7 @@ def test_figures_written_for_every_figure_table(shared_dir: Path, tmp_path: Path
     from eval.paper.registry import TABLES
     from eval.paper.tables import write_tables
 
-    tables = read_raw_dir(shared_dir / "fixtures" / "paper_outputs" / "raw")
+    tables = read_raw_dir(shared_dir / "fixtures" / "paper_outputs" / "raw", published=True)
     written = write_tables(tables, tmp_path)
     pngs = {p.name for p in written if p.suffix == ".png"}
     assert pngs == {f"{t.name}.png" for t in TABLES if t.figure} and len(pngs) == 12

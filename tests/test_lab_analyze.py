@@ -76,15 +76,17 @@ def _f(cell: str) -> float:
 def test_rewards_csv_has_one_row_per_completion_with_the_eval_facts(analysed: Path) -> None:
     with (analysed / "rewards.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0])[:6] == ["view", "sample", "exact_match", "abs_error", "subtasks_correct", "self_consistent"]
+    assert list(rows[0])[:6] == ["view", "sample", "parsed_exact_match", "parsed_abs_error",
+                                 "parsed_subtasks_correct", "parsed_self_consistent"]
     assert list(rows[0])[6:] == ["integer_distance", "format", "consistency", "stepwise", "default",
                                  "default.format", "default.integer_distance"]
     assert len(rows) == 9
     a0, a1, a2, b0, b1 = rows[:5]
-    assert (a0["exact_match"], a0["abs_error"], a0["subtasks_correct"], a0["self_consistent"]) == ("1", "0", "8", "1")
-    assert (a1["exact_match"], a1["subtasks_correct"], a1["self_consistent"]) == ("1", "0", "")
-    assert (a2["exact_match"], a2["abs_error"]) == ("0", "2")
-    assert (b1["exact_match"], b1["abs_error"]) == ("0", "")
+    assert (a0["parsed_exact_match"], a0["parsed_abs_error"], a0["parsed_subtasks_correct"],
+            a0["parsed_self_consistent"]) == ("1", "0", "8", "1")
+    assert (a1["parsed_exact_match"], a1["parsed_subtasks_correct"], a1["parsed_self_consistent"]) == ("1", "0", "")
+    assert (a2["parsed_exact_match"], a2["parsed_abs_error"]) == ("0", "2")
+    assert (b1["parsed_exact_match"], b1["parsed_abs_error"]) == ("0", "")
     assert _f(a2["integer_distance"]) == pytest.approx(0.8) and _f(b0["integer_distance"]) == pytest.approx(0.6)
     assert _f(a2["default"]) == pytest.approx(0.1 + 0.9 * 0.8)
     assert _f(a2["default.integer_distance"]) == pytest.approx(0.8) and a2["default.format"] == "1"
@@ -99,12 +101,14 @@ def test_summary_columns_match_hand_computed_values(analysed: Path) -> None:
     assert _f(d["auc_exact_match"]) == 1.0  # only A has both: 1 > 0.8 twice
     # abs errors (B1 has none): A 0, 0, 2; B 2, 2; C 0, 0, 0 -> ranks 3 x5 and 7 x3; rewards rank 6 x5, 3, 1.5 x2
     assert _f(d["spearman_abs_error"]) == pytest.approx(-30 / math.sqrt(945), abs=1e-6)
-    assert _f(d["shortcut_reward_gap"]) == 0.0  # correct-unfaithful A1, C0-2 pay 1; the faithful A0 pays 1
+    # A1 and C0-2 are correct answers alone: format failures (paying 1, as the faithful A0), not unfaithful traces
+    assert math.isnan(_f(d["shortcut_reward_gap"])) and _f(d["format_failure_reward_gap"]) == 0.0
+    assert d["auc_scope"] == "within views"
     assert _f(s["format"]["auc_exact_match"]) == 0.5  # every sample of A is well-formed: all ties
     assert _f(s["format"]["zero_variance_groups"]) == pytest.approx(2 / 3, abs=1e-6)  # A and C; B1 has no tag
     c = s["consistency"]  # only A0 adds up
     assert _f(c["auc_exact_match"]) == 0.75  # (A0, A2) a win, (A1, A2) a tie
-    assert _f(c["shortcut_reward_gap"]) == -1.0
+    assert _f(c["format_failure_reward_gap"]) == -1.0
     assert _f(c["mean"]) == pytest.approx(1 / 9, abs=1e-6)
     # stepwise pays A0 alone: rewards rank 8 once and 4 x7 -> sum dx dy = -6, sum dy^2 = 14
     assert _f(s["stepwise"]["spearman_abs_error"]) == pytest.approx(-6 / math.sqrt(30 * 14), abs=1e-6)

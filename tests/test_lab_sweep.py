@@ -49,7 +49,8 @@ def test_plan_writes_one_validated_recipe_per_variant(tmp_path: Path) -> None:
     assert load_sweep(tmp_path / "sw") == sweep
     again = plan_sweep("tiny_cpu", ["sft.max_steps=3"], varies, tmp_path / "sw", EvalSettings("data/x"))
     assert [v.name for v in again.variants] == names  # the same plan: same names (hash of the resolved recipe)
-    with pytest.raises(UserError, match="holds a different sweep plan"):
+    (tmp_path / "sw" / "runs" / names[0]).mkdir(parents=True)  # a variant started: another plan would orphan it
+    with pytest.raises(UserError, match="has a run folder the new plan would not use"):
         plan_sweep("tiny_cpu", ["sft.max_steps=4"], varies, tmp_path / "sw", EvalSettings("data/x"))
     steps = variant_steps(sweep, sweep.variants[0])
     assert [s[:2] for s in steps] == [["run", "dapo-tight"], ["eval", "sample"], ["eval", "score"]]

@@ -46,7 +46,7 @@ def test_card_front_matter_and_evaluation_table() -> None:
     assert "| acc@1 | 0.2500 | 64 | [0.1601, 0.3682] |" in text  # Wilson interval of 16/64
     assert "| `rl.learning_rate` | 0.0003 | 0.0001 |" in text
     assert "Data generator seed: 7" in text and "ab" * 32 in text
-    assert "mental_rotation_mean" not in {r[0] for r in eval_rows(METRICS)}  # absent columns are left out
+    assert "mental_rotation_mean" not in {r.metric for r in eval_rows(METRICS)}  # absent columns are left out
     plain = model_card(CardInputs(name="m", run_recipe={}, base_recipe=None, base_model="b"))
     assert "Not evaluated" in plain and "model-index" not in _front_matter(plain)
     assert "Note:" not in text

@@ -80,9 +80,10 @@ def task_accuracy_rows(group: Group) -> list[Row]:
     return sorted(rows, key=key)
 
 
-def convention(group: str, model: str) -> Convention:
-    """Trained rows of Table 4 condition on the prerequisite; Table 1 and Table 4's human row on the dependent."""
-    if group == "trained_text" and model != "human":
+def convention(group: str, responder_group: str | None) -> Convention:
+    """Trained rows of Table 4 condition on the prerequisite; Table 1 and Table 4's human row (a responder of
+    group ``both``) on the dependent."""
+    if group == "trained_text" and responder_group == "trained_text":
         return "dependent_given_prerequisite"
     return "prerequisite_given_dependent"
 
@@ -102,7 +103,7 @@ def summary_rows(group: Group, accuracy_rows: list[Row]) -> list[Row]:
         acc.setdefault(str(row["model"]), {})[str(row["source_task"])] = float(row["accuracy"])  # type: ignore[arg-type]
     rows: list[Row] = []
     for model in sorted(acc):
-        table, conv, a = group.tables[model], convention(group.name, model), acc[model]
+        table, conv, a = group.tables[model], convention(group.name, group.tables[model].group), acc[model]
         _, res = residuals(table)
         rows.append({
             "model": model, "display_name": display_name(model), "object_count": a.get("main", math.nan),

@@ -1,8 +1,10 @@
 """What every paper table shares: responder groups, task ids and names, display names, pooled columns, statistics.
 
-A *group* is the official analysis's responder set: ``text`` (every responder that is not a trained checkpoint,
-the human included) or ``trained_text`` (names starting ``dapo``, ``sft-`` or ``qwen2.5-vl``, any case, plus
-the human). Responders keep the order of their files' names (the order the official script reads them), and
+A *group* is the official analysis's responder set: ``text`` (the zero-shot responders and the human) or
+``trained_text`` (the trained checkpoints, their zero-shot backbone and the human). Each responder's group is the
+one recorded with it or given (``ResponderTable.group``, see :mod:`eval.groups`), never guessed from its name (the
+official script's name-prefix rule put a model released as ``mine`` among the zero-shot responders). Responders keep
+the order of their files' names (the order the official script reads them), and
 several tables depend on it (pooled row order feeds the seeded permutation and bootstrap draws).
 """
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from eval.groups import in_group, require_groups
 from eval.rawcsv import PANDAS_NA_STRINGS, ResponderTable
 from spatialiq_train.tasks import TASKS
 
@@ -41,7 +44,6 @@ QUERY_TEXT: dict[str, str] = {
     "task11": "Which objects are visible in the opposite view but not the reference view?",
 }
 """Table 5: the paper's short query text per task (the prompts themselves are in spatialiq_train.prompts)."""
-TRAINED_PREFIXES: tuple[str, ...] = ("dapo", "sft-", "qwen2.5-vl")
 _PLAIN_CAPITALISED = ("claude", "qwen", "gemini", "kimi")
 _CQ_FAMILIES = {"qwen": "Qwen", "claude": "Claude", "gemini": "Gemini"}
 _SPECIAL_NAMES = {"human": "Human", "vla-0": "VLA-0", "qwen-image-edit": "Qwen Image Edit",
@@ -62,11 +64,6 @@ def task_name(column: str) -> str:
         if task.csv_column == column:
             return task.name
     return column
-
-
-def is_trained(model: str) -> bool:
-    """A trained checkpoint (or its zero-shot backbone): reported in ``trained_text``, never in ``text``."""
-    return model.lower().startswith(TRAINED_PREFIXES)
 
 
 def display_name(model: str) -> str:
@@ -93,12 +90,12 @@ def display_name(model: str) -> str:
 
 
 def group_models(tables: dict[str, ResponderTable], group: str) -> list[str]:
-    """The responders of ``group`` in file order (the human is in both groups)."""
-    if group == "text":
-        return [m for m in tables if not is_trained(m)]
-    if group == "trained_text":
-        return [m for m in tables if is_trained(m) or m == "human"]
-    raise ValueError(f"unknown group {group!r}; valid: {', '.join(GROUPS)}")
+    """The responders of ``group`` in file order (a responder of group ``both``, the human, is in each); a
+    responder without a recorded group is refused, naming it."""
+    if group not in GROUPS:
+        raise ValueError(f"unknown group {group!r}; valid: {', '.join(GROUPS)}")
+    require_groups({m: t.group for m, t in tables.items()}, "responder groups")
+    return [m for m, t in tables.items() if in_group(t.group, group)]
 
 
 @dataclass

@@ -22,14 +22,22 @@ def paper_tables(
         help="Force prerequisite_given_dependent or dependent_given_prerequisite for every model in summary.csv "
              "(default: per model, as the published tables do; tables/ always follows the official rule)."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Draw figures/<name>.png for figure tables."),
+    group: list[str] = typer.Option([], "--group", help="NAME=GROUP (repeatable): a responder's group, text, "
+                                    "trained_text or both (default: --raw's responder_groups.json, which "
+                                    "`eval score --group` writes)."),
+    published_groups: bool = typer.Option(False, "--published-groups", help="Give the seventeen published "
+                                          "responders their published groups (by exact name)."),
 ) -> None:
     """The official analysis's 24 text-side tables and their figures, plus summary files, from raw files."""
+    from eval.groups import parse_group_options
     from eval.hierarchy import check_convention
     from eval.paper_tables import write_paper_tables
 
     if convention is not None:
         check_convention(convention, "--convention")  # before the raw files are read
-    for path in write_paper_tables(raw, out, convention, figures=figures):
+    groups = parse_group_options(group)
+    for path in write_paper_tables(raw, out, convention, figures=figures, groups=groups,
+                                   published=published_groups):
         typer.echo(str(path))
 
 
@@ -69,6 +77,8 @@ def sample(
     from spatialiq_train.errors import UserError
     from spatialiq_train.io import check_model_source
 
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1 (sample the first N scenes), got {limit}; leave it out for all")
     try:
         config = SamplingConfig(mode=mode, k=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                 dialect=dialect, cot_system_prompt=cot_system_prompt, seed=seed,
@@ -116,7 +126,8 @@ def _score_line(metrics: dict) -> str:
             f"absent {counts['absent']}  unknown {counts['unknown_view_or_task']}  parse {metrics['parse']}")
 
 
-def _check_score_options(mode: str | None, parse: str, k: int | None, min_coverage: float, name: str) -> None:
+def _check_score_options(mode: str | None, parse: str, k: int | None, min_coverage: float, name: str,
+                         limit: int | None = None) -> None:
     """The option mistakes `eval score` can see before reading any file, as a UserError naming the option."""
     from spatialiq_train.errors import UserError
 
@@ -128,40 +139,59 @@ def _check_score_options(mode: str | None, parse: str, k: int | None, min_covera
         raise UserError(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
     if not 0.0 <= min_coverage <= 1.0:
         raise UserError(f"--min-coverage must be a share between 0 and 1, got {min_coverage}")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1 (score the first N scenes), got {limit}; leave it out for all")
     if not name or name.strip(".") == "" or any(not (c.isalnum() or c in "._+-") for c in name):
         raise UserError(f"--name {name!r}: use letters, digits and . _ + - only (it becomes part of file names)")
 
 
 @eval_app.command("score")
 def score(
-    completions: Path = typer.Option(..., "--completions", help="Completions JSONL from `spatialiq eval sample`."),
-    data: Path = typer.Option(..., "--data", help="Dataset root the completions were sampled from."),
+    completions: Path | None = typer.Option(None, "--completions", help="Completions JSONL from `spatialiq eval "
+                                            "sample` (or give --raw)."),
+    data: Path | None = typer.Option(None, "--data", help="Dataset root the completions were sampled from."),
     out: Path = typer.Option(..., "--out", help="Output folder."),
-    name: str = typer.Option(..., "--name", help="Responder name (used in file names and tables)."),
+    name: str | None = typer.Option(None, "--name", help="Responder name (used in file names and tables); with --raw, "
+                                    "the name of a one-responder file without a model column."),
     split: str = typer.Option("benchmark", "--split", help="Split folder of --data, as for `eval sample`."),
     mode: str | None = typer.Option(None, "--mode", help="from-trace or independent (default: from the file)."),
     k: int | None = typer.Option(None, "--k", help="Samples per scene (default: the most common number of completions "
                                  "per view and task in the file)."),
-    convention: str = typer.Option("dependent_given_prerequisite", "--convention",
-                                   help="Conditional convention of the summary columns (both are also reported)."),
+    convention: str | None = typer.Option(None, "--convention", help="Conditional convention of the summary columns "
+                                          "(default: the --group's, as the published tables; both are also reported)."),
     parse: str = typer.Option("official", "--parse", help="official (as the released evaluators read answers) or "
                               "strict (spatialiq_train.parsing.parse_trace); recorded in the metrics file."),
     min_coverage: float = typer.Option(0.9, "--min-coverage", help="Fail when fewer than this share of the scenes "
                                        "have a completion (lower it to score a subset on purpose)."),
     note: str | None = typer.Option(None, "--note", help="A caveat stored in the metrics file and shown at the top "
                                     "of reports and model cards built from it."),
+    group: str = typer.Option("trained_text", "--group", help="Responder group for the paper tables: trained_text "
+                              "(a trained checkpoint or its base model, Table 4), text (zero-shot, Table 1) or both; "
+                              "recorded in the metrics file and in OUT/responder_groups.json."),
+    limit: int | None = typer.Option(None, "--limit", help="Score the first N scenes only, as `eval sample --limit "
+                                     "N` sampled them: every metric over the same N (coverage too)."),
+    raw: list[Path] = typer.Option([], "--raw", help="Instead of --completions/--data: predictions files in the "
+                                   "released eval_raw layout (per task X, X_pred, X_gt; an optional model column "
+                                   "holds several responders); repeatable. One metrics file per responder."),
 ) -> None:
     """Metrics JSON plus an eval_raw_<name>_text.csv export in the released layout."""
     from eval import score as scoring
     from eval.completions import load_for_scoring
+    from eval.groups import check_group
     from eval.hierarchy import check_convention
-    from eval.rawcsv import write_raw_csv
+    from eval.paper_tables import convention_for
     from eval.scenes import find_scenes
-    from spatialiq_train.io import atomic_write_json
+    from spatialiq_train.errors import UserError
 
-    _check_score_options(mode, parse, k, min_coverage, name)
-    conv = check_convention(convention, "--convention")
-    scenes = find_scenes(data, split)
+    check_group(group, "--group")
+    conv = check_convention(convention, "--convention") if convention else convention_for(group)
+    if raw:
+        _score_raw(raw, out, name, conv, group, note, completions or data)
+        return
+    if completions is None or data is None or name is None:
+        raise UserError("eval score needs --completions, --data and --name (or --raw FILE for predictions files)")
+    _check_score_options(mode, parse, k, min_coverage, name, limit)
+    scenes = find_scenes(data, split)[:limit]
     records = load_for_scoring(completions)
     k = scoring.resolve_k(records, k, completions)
     preds = scoring.collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
@@ -170,12 +200,42 @@ def score(
     if warning:
         typer.echo(f"warning: {warning}", err=True)
     metrics = scoring.score_predictions(preds, name, conv)
+    _write_scored(out, name, metrics, scoring.first_sample_table(preds, name), group, note)
+
+
+def _write_scored(out: Path, name: str, metrics: dict, table: object, group: str, note: str | None) -> None:
+    """metrics_<name>.json (with the note and group), the eval_raw export, the group record; one console line."""
+    from eval import score as scoring
+    from eval.groups import record_group
+    from eval.rawcsv import write_raw_csv
+    from spatialiq_train.io import atomic_write_json
+
     if note:
         metrics["note"] = note
+    metrics["group"] = group
     metrics_path = out / f"metrics_{name}.json"
     atomic_write_json(metrics_path, scoring.jsonable(metrics))
-    write_raw_csv(out / f"eval_raw_{name}_text.csv", scoring.first_sample_table(preds, name))
+    write_raw_csv(out / f"eval_raw_{name}_text.csv", table)  # type: ignore[arg-type]
+    record_group(out, name, group)
     typer.echo(f"{metrics_path}: {_score_line(metrics)}")
+
+
+def _score_raw(raw: list[Path], out: Path, name: str | None, conv: str, group: str, note: str | None,
+               sampled: Path | None) -> None:
+    """`eval score --raw`: every responder of the predictions files, scored from its recorded predictions."""
+    from eval import score as scoring
+    from eval.rawcsv import read_prediction_files
+    from spatialiq_train.errors import UserError
+
+    if sampled is not None:
+        raise UserError(f"--raw reads predictions files; {sampled} (--completions/--data) belongs to the other input: "
+                        "give one or the other")
+    tables = read_prediction_files(raw, name)
+    if name is not None and len(tables) > 1:
+        raise UserError(f"--name {name!r} names one responder, but --raw holds {len(tables)} ({', '.join(tables)})")
+    for model, table in tables.items():
+        _check_score_options(None, "official", None, 0.0, model)
+        _write_scored(out, model, scoring.score_table(table, conv), table, group, note)  # type: ignore[arg-type]
 
 
 @eval_app.command("report")

@@ -21,7 +21,8 @@ def release(
     dataset: list[str] = typer.Option([], "--dataset", help="Hub dataset id(s) to list in the card."),
     name: str | None = typer.Option(None, "--name", help="Model name in the card (default: the --out folder name)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out."),
-    verify: Path | None = typer.Option(None, "--verify", help="Re-check a release folder and exit."),
+    verify: Path | None = typer.Option(None, "--verify", help="Re-check a release folder (and, with --push, upload "
+                                       "it) without rebuilding."),
     push: str | None = typer.Option(None, "--push", help="Upload to this Hub model repo (OWNER/NAME)."),
     public: bool = typer.Option(False, "--public", help="With --push: make the repo public (default private)."),
 ) -> None:
@@ -29,21 +30,36 @@ def release(
     from spatialiq_train.release.release import release as do_release
     from spatialiq_train.release.release import revision_tag, verify_release
 
+    if push:
+        from spatialiq_train.release.hub import check_push
+
+        check_push(push)  # before anything is built: a missing token costs no release
     if verify is not None:
         if not verify.is_dir():
             raise UserError(f"--verify {verify}: no such folder; give a folder written by `spatialiq release`")
         _report(verify, verify_release(verify))
-        return
-    if run is None or out is None:
-        raise UserError("spatialiq release needs --run RUN and --out DIR (or --verify DIR)")
-    folder = do_release(run, out, metrics=metrics, data_root=data, license=license, datasets=tuple(dataset),
-                        name=name, overwrite=overwrite)
-    _report(folder, verify_release(folder))
+        folder = verify
+    else:
+        if run is None or out is None:
+            raise UserError("spatialiq release needs --run RUN and --out DIR (or --verify DIR)")
+        folder = do_release(run, out, metrics=metrics, data_root=data, license=license, datasets=tuple(dataset),
+                            name=name, overwrite=overwrite)
+        _report(folder, verify_release(folder))
     if push:
-        from spatialiq_train.release.hub import push_folder
+        _push(folder, push, public, revision_tag(folder))
 
-        url = push_folder(folder, push, private=not public, revision_tag=revision_tag(folder))
-        typer.echo(f"pushed to {url} (tag {revision_tag(folder)})")
+
+def _push(folder: Path, repo: str, public: bool, tag: str) -> None:
+    from spatialiq_train.release.hub import push_folder
+
+    try:
+        url = push_folder(folder, repo, private=not public, revision_tag=tag)
+    except UserError:
+        raise
+    except Exception as exc:  # network or hub errors: the release is built and verified, say how to retry
+        raise UserError(f"--push {repo}: upload failed ({exc}); {folder} is built and verified: retry with "
+                        f"`spatialiq release --verify {folder} --push {repo}`", exit_code=1) from None
+    typer.echo(f"pushed to {url} (tag {tag})")
 
 
 def _report(folder: Path, problems: list[str]) -> None:

@@ -81,19 +81,44 @@ def list_cmd() -> None:
 
 @reward_app.command("analyze")
 def analyze(
-    completions: Path = typer.Option(..., "--completions", help="Completions JSONL from `spatialiq eval sample` "
-                                     "(from-trace mode, k samples per view)."),
-    data: Path = typer.Option(..., "--data", help="Dataset root the completions were sampled from."),
-    out: Path = typer.Option(..., "--out", help="Output folder: rewards.csv, summary.csv, report.md, PNG plots."),
+    completions: Path | None = typer.Option(None, "--completions", help="Completions JSONL from `spatialiq eval "
+                                            "sample` (from-trace mode, k samples per view); or give --raw."),
+    data: Path | None = typer.Option(None, "--data", help="Dataset root the completions were sampled from."),
+    out: Path = typer.Option(..., "--out", help="Output folder: rewards.csv, summary.csv, report.md, PNG plots (with "
+                             "--raw, one subfolder per responder)."),
     rewards: str = typer.Option("default,stepwise,consistency", "--rewards", help="Comma-separated reward names or "
-                                "dotted paths 'pkg.module:function' (combinations add a column per term)."),
+                                "dotted paths 'pkg.module:function' (combinations add a column per term); a factory "
+                                "takes parameters as NAME:KEY=VALUE:KEY=VALUE, e.g. overlong:max_len=2048:cache=512."),
     split: str = typer.Option("benchmark", "--split", help="Split of --data, as for `eval sample` (train, benchmark "
                               "or a train partition: val, warmup, rl)."),
     k: int | None = typer.Option(None, "--k", help="Samples per view (default: inferred as `eval score` does)."),
     parse: str = typer.Option("official", "--parse", help="How correctness is read: official or strict, as for "
                               "`eval score`."),
+    raw: list[Path] = typer.Option([], "--raw", help="Instead of --completions/--data: predictions files in the "
+                                   "released eval_raw layout (an optional model column holds several responders); "
+                                   "repeatable. Each responder is analysed on <answer>N</answer> texts rebuilt from "
+                                   "its recorded main_pred (k = 1), into OUT/<model>/."),
 ) -> None:
     """Score sampled completions with each reward; AUC, variance, shortcut gap and the gaming probes."""
+    from spatialiq_train.lab.scoring import parse_reward_list
+
+    if parse not in ("official", "strict"):
+        raise UserError(f"--parse must be official or strict, got {parse!r}")
+    if k is not None and k < 1:
+        raise UserError(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
+    specs = parse_reward_list(rewards)
+    if raw:
+        if completions is not None or data is not None:
+            raise UserError("--raw reads predictions files; leave out --completions/--data (or --raw)")
+        _analyze_raw(raw, out, specs, rewards)
+        return
+    if completions is None or data is None:
+        raise UserError("reward analyze needs --completions and --data (or --raw FILE for predictions files)")
+    _analyze_completions(completions, data, out, specs, rewards, split, k, parse)
+
+
+def _analyze_completions(completions: Path, data: Path, out: Path, specs: list, rewards: str, split: str,
+                         k: int | None, parse: str) -> None:
     import time
 
     from eval.completions import load_for_scoring
@@ -101,14 +126,8 @@ def analyze(
     from eval.score import resolve_k
     from spatialiq_train.lab.analyze import analyze as run_analysis
     from spatialiq_train.lab.analyze import write_analysis
-    from spatialiq_train.lab.scoring import parse_reward_list
     from spatialiq_train.lab.table import build_table
 
-    if parse not in ("official", "strict"):
-        raise UserError(f"--parse must be official or strict, got {parse!r}")
-    if k is not None and k < 1:
-        raise UserError(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
-    specs = parse_reward_list(rewards)
     records = load_for_scoring(completions)
     k = resolve_k(records, k, completions)
     try:
@@ -122,6 +141,21 @@ def analyze(
     report = write_analysis(result, out, meta)
     typer.echo(f"{report}: {len(table.texts)} completions, {len(table.scenes)} views, {len(result.columns)} reward "
                f"columns in {time.perf_counter() - start:.1f}s")
+
+
+def _analyze_raw(raw: list[Path], out: Path, specs: list, rewards: str) -> None:
+    from eval.rawcsv import read_prediction_files
+    from spatialiq_train.lab.analyze import analyze as run_analysis
+    from spatialiq_train.lab.analyze import write_analysis
+    from spatialiq_train.lab.table import PREDICTION_TEXT, table_from_predictions
+
+    for model, responder in read_prediction_files(raw).items():
+        table = table_from_predictions(responder)
+        result = run_analysis(table, specs)
+        meta = {"predictions file": responder.source, "responder": model, "rewards": rewards,
+                "texts": PREDICTION_TEXT}
+        report = write_analysis(result, out / model, meta)
+        typer.echo(f"{report}: {model}: {len(table.texts)} views, {len(result.columns)} reward columns")
 
 
 def register(app: typer.Typer) -> None:

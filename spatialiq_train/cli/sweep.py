@@ -61,10 +61,13 @@ def run(
     interrupted one resumes (each step resumes)."""
     from spatialiq_train.cli.steps import run_step
     from spatialiq_train.errors import UserError
-    from spatialiq_train.lab.sweep import load_sweep, mark_done, variant_steps
+    from spatialiq_train.lab.sweep import check_eval_inputs, load_sweep, mark_done, variant_steps
 
     sweep = load_sweep(sweep_dir)
     variants = [sweep.variant(only)] if only else sweep.variants
+    views = check_eval_inputs(sweep)  # before anything trains
+    typer.echo(f"{sweep_dir}: every variant is evaluated on {views} view(s) of {sweep.eval.data} "
+               f"(split {sweep.eval.split})")
     for i, variant in enumerate(variants, 1):
         if sweep.is_done(variant):
             typer.echo(f"[{i}/{len(variants)}] {variant.name}: finished, skipped")

@@ -40,6 +40,8 @@ def traces(
         raise UserError(f"--dialect: unknown dialect {dialect!r}; valid: {', '.join(DIALECTS)}")
     task_ids = [t.strip() for t in tasks.split(",") if t.strip()]
     check_options(kind, task_ids, mask_final_answer)  # option mistakes first, before reading the dataset
+    _check_out_kind(out, kind)
+    _check_recorded_gt(data)
     # Parquet-only datasets: the embedded PNGs go to OUT/images (the image root the traces need for training),
     # written as the shards are read for the views, so the shards are read once.
     images = ImageExtractor(data, out / "images")
@@ -54,6 +56,32 @@ def traces(
     if images.needed:
         typer.echo(f"{images.images_root}: {images.written} image(s) written from the parquet shards; train with "
                    f"data.data_root={images.images_root} (the dataset holds no per-view view.png)")
+
+
+def _check_out_kind(out: Path, kind: str) -> None:
+    """Refuse to write ``kind`` traces over a folder that holds traces of the other kind."""
+    from data_gen.trace_kind import folder_kind
+    from spatialiq_train.errors import UserError
+
+    found = folder_kind(out)
+    if found is not None and found[0] != kind:
+        raise UserError(f"--out {out}: {found[1].name} holds {found[0]} traces and this run writes --kind {kind}; "
+                        f"writing here would mix or replace them: pick another --out (e.g. data/traces/{kind}) or "
+                        f"delete the {found[0]} trace files first")
+
+
+def _check_recorded_gt(data: Path) -> None:
+    """Refuse ground truth that differs from the sha256 `spatialiq gen` recorded for it."""
+    from data_gen.verify import recorded_gt_mismatches
+    from spatialiq_train.errors import UserError
+
+    bad = recorded_gt_mismatches(data)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise UserError(f"--data {data}: {bad[0].path} does not match the sha256 recorded when it was generated "
+                        f"(expected {bad[0].expected}, found {bad[0].found}){more}; traces from it would teach the "
+                        f"wrong answers: `spatialiq gen --verify --out {data}` lists them, a `spatialiq gen` rerun "
+                        "with the same arguments repairs them")
 
 
 def register(app: typer.Typer) -> None:

@@ -23,13 +23,17 @@ from spatialiq_train.lab.probes import PROBES, probe_texts
 from spatialiq_train.lab.scoring import column_names, gt_columns, score_all, score_batch
 from spatialiq_train.lab.table import CompletionTable
 
-ROW_COLUMNS: tuple[str, ...] = ("view", "sample", "exact_match", "abs_error", "subtasks_correct", "self_consistent")
-"""The leading columns of rewards.csv (one row per completion); one column per reward column follows."""
+ROW_COLUMNS: tuple[str, ...] = ("view", "sample", "parsed_exact_match", "parsed_abs_error", "parsed_subtasks_correct",
+                                "parsed_self_consistent")
+"""The leading columns of rewards.csv (one row per completion): the facts the evaluation's parser reads, prefixed
+``parsed_`` so no reward column (``exact_match`` is a reward too) can share a name; one column per reward follows."""
 PROBE_COLUMNS: tuple[str, ...] = tuple(f"probe_{p}" for p in PROBES)
 SUMMARY_COLUMNS: tuple[str, ...] = (
-    "reward", "mean", "std", "zero_variance_groups", "auc_exact_match", "spearman_abs_error", "shortcut_reward_gap",
-    *PROBE_COLUMNS, "reference_mean",
+    "reward", "mean", "std", "zero_variance_groups", "auc_exact_match", "auc_scope", "spearman_abs_error",
+    "shortcut_reward_gap", "format_failure_reward_gap", *PROBE_COLUMNS, "reference_mean",
 )
+AUC_WITHIN = "within views"
+AUC_ACROSS = "across views (k = 1)"
 """summary.csv: one row per reward column; probe_<name> is the mean payout relative to the faithful trace."""
 PROBE_CHUNK = 256
 """Views per batch of probe completions (the padded probe is 50 kB each, so batches bound the memory)."""
@@ -74,12 +78,16 @@ def summary_row(name: str, values: np.ndarray, table: CompletionTable, probes: d
     grid = stats.to_grid(values, rows, cols, shape)
     correct = table.exact_match == 1.0
     mean, std = stats.mean_std(values)
+    auc, scope = stats.auc_within_views(grid, stats.to_grid(table.exact_match, rows, cols, shape)), AUC_WITHIN
+    if table.k == 1:
+        auc, scope = stats.auc_across(values, table.exact_match), AUC_ACROSS
     row: dict[str, object] = {
         "reward": name, "mean": mean, "std": std,
         "zero_variance_groups": stats.zero_variance_share(grid),
-        "auc_exact_match": stats.auc_within_views(grid, stats.to_grid(table.exact_match, rows, cols, shape)),
+        "auc_exact_match": auc, "auc_scope": scope,
         "spearman_abs_error": stats.spearman(values, table.abs_error),
-        "shortcut_reward_gap": stats.shortcut_gap(values, correct, table.faithful),
+        "shortcut_reward_gap": stats.shortcut_gap(values, correct, table.faithful, table.complete),
+        "format_failure_reward_gap": stats.format_failure_gap(values, correct, table.faithful, table.complete),
     }
     reference = probes["reference"][name]
     for probe in PROBES:
@@ -97,6 +105,9 @@ def analyze(table: CompletionTable, rewards: Sequence[tuple[str, RewardFn]]) -> 
     scores, errors = score_all(rewards, table.texts, gts)
     probes = score_probes(rewards, [s.gt for s in table.scenes])
     columns = column_names(rewards)
+    clash = sorted(set(columns) & set(ROW_COLUMNS))
+    if clash:
+        raise ValueError(f"reward column {clash[0]!r} has the name of a rewards.csv fact column; rename the reward")
     summary = [summary_row(n, scores[n], table, probes) for n in columns]
     return Analysis(table, columns, [n for n, _ in rewards], scores, probes, summary, errors)
 

@@ -27,8 +27,12 @@ PNG_DPI = 100
 
 
 def _num(value: Any) -> str:
+    """Floats to 3 decimals (a value that rounds to zero prints ``0.000``, never ``-0.000``), NaN as ``n/a``."""
     if isinstance(value, float):
-        return "n/a" if not math.isfinite(value) else f"{value:.3f}"
+        if not math.isfinite(value):
+            return "n/a"
+        text = f"{value:.3f}"
+        return text[1:] if text.startswith("-") and float(text) == 0 else text
     return str(value)
 
 
@@ -93,7 +97,40 @@ def plot_zero_variance(result: Analysis) -> bytes:
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of views with zero reward variance")
     ax.invert_yaxis()
+    if all(math.isnan(s) for s in shares):
+        ax.text(0.5, 0.5, single_sample_reason(result.table.k), ha="center", va="center", wrap=True, fontsize=8,
+                transform=ax.transAxes, bbox={"facecolor": "white"})
     return figure_png(fig, dpi=PNG_DPI)
+
+
+def single_sample_reason(k: int) -> str:
+    """Why the per-view numbers are not defined."""
+    if k <= 1:
+        return ("not defined: k = 1, one sample per view\n(zero variance needs two samples of a view; "
+                "AUC is computed across views instead)")
+    return "not defined: no view has two scored samples"
+
+
+def notes(result: Analysis) -> list[str]:
+    """The report's reading notes: the k = 1 reasons, the trace classes of the gaps, signed probe ratios."""
+    t = result.table
+    correct = t.exact_match == 1.0
+    out = [f"- correct completions: {int((correct & t.faithful).sum())} faithful, "
+           f"{int((correct & ~t.faithful & t.complete).sum())} unfaithful (every line stated, some wrong or not "
+           f"adding up: `shortcut_reward_gap`), {int((correct & ~t.complete).sum())} format failures (a scored line "
+           "or the total line missing, e.g. an answer alone: `format_failure_reward_gap`); each gap is that class's "
+           "mean reward minus the faithful traces'"]
+    if t.k <= 1:
+        out.append(f"- {single_sample_reason(t.k).replace(chr(10), ' ')}: `zero_variance_groups` is n/a and "
+                   "`auc_exact_match` compares correct and incorrect completions of different views, so view "
+                   "difficulty enters it (`auc_scope`)")
+    negative = [str(row["reward"]) for row in result.summary
+                if isinstance(row["reference_mean"], float) and row["reference_mean"] < 0]
+    if negative:
+        out.append(f"- the faithful reference earns a negative mean under {', '.join(negative)}: a probe ratio there "
+                   "is (negative probe payout) / (negative reference), so above 1.0 means the probe is penalised "
+                   "more than the faithful trace and a negative ratio means the probe earns a positive reward")
+    return out
 
 
 def markdown(result: Analysis, meta: dict[str, object]) -> str:
@@ -107,9 +144,10 @@ def markdown(result: Analysis, meta: dict[str, object]) -> str:
     parts += [f"- completions: {len(t.texts)} over {len(t.scenes)} views (k = {t.k}); exact match "
               f"{_num(float(t.exact_match.mean()))}, faithful {_num(float(t.faithful.mean()))}",
               f"- left out: {', '.join(f'{n} {why}' for why, n in t.skipped.items())}",
-              f"- reward errors (samples scored 0 after an exception): {result.errors or 'none'}", "",
+              f"- reward errors (samples scored 0 after an exception): {result.errors or 'none'}", *notes(result), "",
               "## Summary", "", md_table(head, [[row[c] for c in head] for row in result.summary]), "",
-              "## Gaming probes (mean payout relative to the faithful trace; 1.0 = pays as much)", "",
+              "## Gaming probes (mean payout relative to the faithful trace; 1.0 = pays as much; for a reference "
+              "with a negative mean, see the note above)", "",
               md_table(probe_cols, [[row[c] for c in probe_cols] for row in result.summary]), "",
               "Probe definitions: lab/probes.py and docs/rewards.md.", "", "## Plots", ""]
     parts += [f"![{title}]({name})\n" for name, title in PLOTS]

@@ -22,17 +22,45 @@ COLUMN_FIELDS: tuple[str, ...] = GT_INT_FIELDS
 """Ground-truth fields passed to every reward as columns (besides ``answer``)."""
 
 
+def parse_reward_item(item: str, option: str = "--rewards") -> tuple[str, dict[str, Any]]:
+    """``NAME[:KEY=VALUE]...`` -> (name, parameters): the parameters go to a reward factory, each value read as YAML
+    (``overlong:max_len=2048:cache=512`` -> ``("overlong", {"max_len": 2048, "cache": 512})``). A dotted path keeps
+    its own colon (``my_pkg.rewards:my_fn``); every part after the first ``KEY=VALUE`` must be one too."""
+    import yaml
+
+    parts = item.split(":")
+    first = next((i for i, part in enumerate(parts) if "=" in part), len(parts))
+    name, pairs = ":".join(parts[:first]), parts[first:]
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise UserError(f"{option}: {item!r}: parameter {pair!r} is not KEY=VALUE (write NAME:KEY=VALUE:KEY=VALUE, "
+                            "e.g. overlong:max_len=2048:cache=512)")
+        if key.strip() in params:
+            raise UserError(f"{option}: {item!r}: parameter {key.strip()!r} is given twice")
+        try:
+            params[key.strip()] = yaml.safe_load(value.strip())
+        except yaml.YAMLError:
+            raise UserError(f"{option}: {item!r}: value {value!r} of {key.strip()!r} is not a YAML scalar") from None
+    if not name:
+        raise UserError(f"{option}: {item!r} has parameters but no reward name")
+    return name, params
+
+
 def parse_reward_list(text: str, option: str = "--rewards") -> list[tuple[str, RewardFn]]:
-    """``default,stepwise,my_pkg.rewards:my_fn`` -> [(name, reward)]; a UserError names an unknown or repeated one."""
+    """``default,stepwise,my_pkg.rewards:my_fn,overlong:max_len=2048:cache=512`` -> [(name, reward)], each named as
+    written; a UserError names an unknown or repeated one, or bad parameters (:func:`parse_reward_item`)."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise UserError(f"{option} {text!r}: give at least one reward name, e.g. {option} default,stepwise")
     out: list[tuple[str, RewardFn]] = []
-    for name in names:
-        if any(name == n for n, _ in out):
-            raise UserError(f"{option}: reward {name!r} is named twice")
+    for item in names:
+        if any(item == n for n, _ in out):
+            raise UserError(f"{option}: reward {item!r} is named twice")
+        name, params = parse_reward_item(item, option)
         try:
-            out.append((name, get_reward(name)))
+            out.append((item, get_reward(name, **params)))
         except ValueError as exc:
             raise UserError(f"{option}: {exc}") from None
     return out

@@ -76,18 +76,49 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float((rx * ry).sum() / denom) if denom > 0 else math.nan
 
 
-def shortcut_gap(reward: np.ndarray, correct: np.ndarray, faithful: np.ndarray) -> float:
+def shortcut_gap(reward: np.ndarray, correct: np.ndarray, faithful: np.ndarray,
+                 complete: np.ndarray | None = None) -> float:
     """Mean reward of correct-but-unfaithful traces minus that of correct-and-faithful ones (NaN if either is empty).
 
-    ``correct`` and ``faithful`` are boolean per completion; faithfulness as the evaluation defines it
-    (:data:`eval.faithfulness.SHORTCUT_RULE`: every scored line right and the answer equal to the trace's own sum).
+    ``correct``, ``faithful`` and ``complete`` are boolean per completion; faithfulness as the evaluation defines
+    it (:data:`eval.faithfulness.SHORTCUT_RULE`: every scored line right and the answer equal to the trace's own
+    sum). With ``complete``, only complete traces (every scored line and the total line present) count as
+    unfaithful; a correct answer without them is a format failure (:func:`format_failure_gap`).
     """
     ok = np.isfinite(reward)
     shortcut = ok & correct & ~faithful
+    if complete is not None:
+        shortcut &= complete
     clean = ok & correct & faithful
     if not shortcut.any() or not clean.any():
         return math.nan
     return float(reward[shortcut].mean() - reward[clean].mean())
+
+
+def format_failure_gap(reward: np.ndarray, correct: np.ndarray, faithful: np.ndarray, complete: np.ndarray) -> float:
+    """Mean reward of correct answers whose trace lacks a scored line or the total line (a format failure, e.g. an
+    answer alone) minus that of correct-and-faithful traces; NaN if either is empty."""
+    ok = np.isfinite(reward)
+    failure = ok & correct & ~complete
+    clean = ok & correct & faithful
+    if not failure.any() or not clean.any():
+        return math.nan
+    return float(reward[failure].mean() - reward[clean].mean())
+
+
+def auc_across(reward: np.ndarray, correct: np.ndarray) -> float:
+    """P(a correct completion outscores an incorrect one), ties 1/2, over every pair of completions whatever their
+    view (the Mann-Whitney AUC); NaN without both kinds. Used when each view has one sample (k = 1), where no view
+    has a pair: it then mixes view difficulty into the comparison."""
+    from scipy.stats import rankdata
+
+    keep = np.isfinite(reward) & np.isfinite(correct)
+    r, c = reward[keep], correct[keep] == 1.0
+    n_good, n_bad = int(c.sum()), int((~c).sum())
+    if n_good == 0 or n_bad == 0:
+        return math.nan
+    ranks = rankdata(r)
+    return float((ranks[c].sum() - n_good * (n_good + 1) / 2) / (n_good * n_bad))
 
 
 def relative_payout(probe: np.ndarray, reference: np.ndarray) -> float:

@@ -8,6 +8,11 @@ A sweep folder holds::
     SWEEP/runs/<name>/eval/          its sampled completions, metrics_<name>.json and eval_raw_<name>_text.csv
     SWEEP/runs/<name>/done.json      written when every step finished: a rerun skips the variant
 
+With ``--eval-limit N`` a variant is sampled *and scored* on the first N views, so every metric of the report is
+over one scene set. ``sweep run`` checks the evaluation options and data before the first variant trains. A
+folder may be planned again (after a failure) as long as no run of the old plan is orphaned and no finished
+variant would be re-evaluated differently (:func:`check_replan`).
+
 Each ``--vary KEY=LIST`` gives a key path and a YAML list of values; several ``--vary`` span their product, in
 the order given (the last varies fastest). A value replaces the key's whole value (``reward.weights`` is replaced,
 not merged). A variant is named ``<hash>-<label>``: the first 8 hex digits of the SHA-256 of its resolved recipe
@@ -191,13 +196,48 @@ def plan_sweep(recipe_path: str, overrides: list[str], varies: list[tuple[str, l
     index = sweep_yaml(sweep)
     path = out / SWEEP_FILE
     if path.is_file() and path.read_text(encoding="utf-8") != index:
-        raise UserError(f"{path} holds a different sweep plan; plan into a new --out (finished variants are kept "
-                        "by name, so a new plan never reuses a run of another recipe)")
+        check_replan(load_sweep(out), sweep)
     for variant, recipe in resolved:
         recipe.run.output_dir = str(sweep.run_dir(variant))
         atomic_write_text(out / variant.recipe_file, recipe_to_yaml(recipe))
     atomic_write_text(path, index)
     return sweep
+
+
+def check_replan(old: Sweep, new: Sweep) -> None:
+    """A folder may be planned again (after a failed run, say) unless that would orphan or re-score work: refused
+    when a variant of the old plan has a run folder but is not in the new plan (names are recipe hashes, so a kept
+    name is the same recipe), or when a finished variant would be evaluated with other settings."""
+    names = {v.name for v in new.variants}
+    orphaned = [v.name for v in old.variants if old.run_dir(v).exists() and v.name not in names]
+    if orphaned:
+        raise UserError(f"{old.root / SWEEP_FILE} holds another plan whose variant {orphaned[0]} has a run folder "
+                        f"the new plan would not use; plan into a new --out, or delete {old.root / 'runs'} first")
+    finished = [v.name for v in old.variants if old.is_done(v)]
+    if finished and old.eval != new.eval:
+        raise UserError(f"{old.root / SWEEP_FILE}: variant {finished[0]} finished under the evaluation settings "
+                        f"{asdict(old.eval)}; a plan with {asdict(new.eval)} would mix two evaluations in one "
+                        "report: plan into a new --out")
+    for v in old.variants:
+        if v.name not in names:
+            (old.root / v.recipe_file).unlink(missing_ok=True)
+
+
+def check_eval_inputs(sweep: Sweep) -> int:
+    """The evaluation options and data, checked before any variant trains (``sweep run``): the settings as at plan
+    time, and a readable, non-empty eval split; returns the number of views every variant is scored on."""
+    from eval.scenes import find_scenes
+
+    check_settings(sweep.eval)
+    try:
+        scenes = find_scenes(sweep.eval.data, sweep.eval.split)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        raise UserError(f"{sweep.root / SWEEP_FILE}: eval data {sweep.eval.data} split {sweep.eval.split}: {exc}; "
+                        "fix it (or plan again with --eval-data/--eval-split) before anything trains") from None
+    if not scenes:
+        raise UserError(f"{sweep.root / SWEEP_FILE}: eval data {sweep.eval.data} split {sweep.eval.split} holds no "
+                        "view; plan again with --eval-data/--eval-split")
+    return min(len(scenes), sweep.eval.limit or len(scenes))
 
 
 def sweep_yaml(sweep: Sweep) -> str:
@@ -235,7 +275,7 @@ def variant_steps(sweep: Sweep, variant: Variant) -> list[list[str]]:
         ["run", "dapo-tight", "--recipe", str(sweep.root / variant.recipe_file), "--out", str(run)],
         sample,
         ["eval", "score", "--completions", str(ev / "completions.jsonl"), *data, "--out", str(ev), "--name",
-         variant.name, "--min-coverage", str(e.min_coverage)],
+         variant.name, "--min-coverage", str(e.min_coverage), *(["--limit", str(e.limit)] if e.limit else [])],
     ]
 
 

@@ -22,10 +22,12 @@ from spatialiq_train.lab.report import md_table
 from spatialiq_train.lab.sweep import Sweep, Variant
 
 RESULT_COLUMNS: tuple[str, ...] = (
-    "k", "acc@1", "maj@k", "pass@k", "selected@k", *SUMMARY_COLUMNS, "shortcut_rate", "self_consistency_rate",
-    "mcnemar_p", "mcnemar_p_bh",
+    "k", "n", "acc@1", "acc@1_n", "maj@k", "pass@k", "selected@k", *SUMMARY_COLUMNS, "shortcut_rate",
+    "self_consistency_rate", "mcnemar_p", "mcnemar_p_bh",
 )
-"""After ``variant``, ``status`` and one column per varied key. selected@k is the self-consistent vote."""
+"""After ``variant``, ``status`` and one column per varied key. ``n``: the scenes every metric is scored on (maj@k,
+pass@k, selected@k and the hierarchy columns); ``acc@1_n``: acc@1's own denominator as the metrics file counts it.
+selected@k is the self-consistent vote."""
 REWARD_KEYS: tuple[str, ...] = ("reward/total/mean", "reward_mean", "reward")
 """Metric names read for the reward-mean curve, first present wins (metrics.md names, then TRL's)."""
 VALIDATION_KEYS: tuple[str, ...] = ("eval/exact_match", "eval_exact_match", "eval/accuracy")
@@ -48,7 +50,9 @@ def metric_cells(metrics: dict[str, Any]) -> dict[str, Any]:
     k = metrics.get("k")
     oc = metrics.get("object_counting", {})
     faith = metrics.get("faithfulness", {}).get("all_samples", {})
-    cells: dict[str, Any] = {"k": k, "acc@1": oc.get("acc@1"), "maj@k": oc.get(f"maj@{k}"),
+    cells: dict[str, Any] = {"k": k, "n": metrics.get("scenes"), "acc@1": oc.get("acc@1"),
+                             "acc@1_n": (oc.get("n") or {}).get("acc@1", oc.get("acc@1_n")),
+                             "maj@k": oc.get(f"maj@{k}"),
                              "pass@k": oc.get(f"pass@{k}"), "selected@k": oc.get(f"selected@{k}[self_consistent]"),
                              "shortcut_rate": faith.get("shortcut_rate"),
                              "self_consistency_rate": faith.get("self_consistency_rate")}

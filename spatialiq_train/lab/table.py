@@ -9,7 +9,9 @@ facts read with the evaluation's parser (``--parse official`` by default, as ``e
 * ``self_consistent``: :attr:`ParsedTrace.self_consistent` as 1 / 0, NaN when undefined (no answer or total line).
 
 ``faithful`` is the evaluation's complement of a shortcut (:data:`eval.faithfulness.SHORTCUT_RULE`): a correct
-trace with every scored line right and a self-consistent total.
+trace with every scored line right and a self-consistent total. ``complete`` says the trace states every scored
+line and its total line (right or wrong): a correct answer without them is a format failure, reported apart from
+a complete but unfaithful trace.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eval.completions import Completion, Key
+from eval.rawcsv import META_COLUMNS, ResponderTable
 from eval.scenes import Scene
 from eval.score import TRACE_TASKS
 from spatialiq_train.errors import UserError
@@ -44,6 +47,8 @@ class CompletionTable:
     subtasks_correct: np.ndarray
     self_consistent: np.ndarray
     faithful: np.ndarray
+    complete: np.ndarray
+    """Every scored line (2-9) and the total line present (bool per completion)."""
     skipped: dict[str, int]
     """Completions left out: ``other_task`` (not task_main), ``unknown_view`` (not in the data), ``beyond_k``."""
 
@@ -59,8 +64,8 @@ class CompletionTable:
         return [self.scenes[i].view for i in self.row_view]
 
 
-def trace_facts(trace: ParsedTrace, gt: Mapping[str, object]) -> tuple[float, float, int, float, bool]:
-    """(exact_match, abs_error, subtasks_correct, self_consistent, faithful) of one parsed trace (pure)."""
+def trace_facts(trace: ParsedTrace, gt: Mapping[str, object]) -> tuple[float, float, int, float, bool, bool]:
+    """(exact_match, abs_error, subtasks_correct, self_consistent, faithful, complete) of one parsed trace (pure)."""
     answer, truth = trace.answer, int(gt["task_main"])  # type: ignore[call-overload]
     correct = answer is not None and answer == truth
     abs_error = float(abs(answer - truth)) if answer is not None else float("nan")
@@ -68,7 +73,8 @@ def trace_facts(trace: ParsedTrace, gt: Mapping[str, object]) -> tuple[float, fl
     consistent = trace.self_consistent
     sc = float("nan") if consistent is None else float(consistent)
     faithful = correct and lines_ok == len(TRACE_TASKS) and consistent is True
-    return float(correct), abs_error, lines_ok, sc, faithful
+    complete = all(trace.tasks.get(t) is not None for t in TRACE_TASKS) and trace.total_line is not None
+    return float(correct), abs_error, lines_ok, sc, faithful, complete
 
 
 def build_table(scenes: Sequence[Scene], completions: Mapping[Key, Completion], k: int, parse: ParseRule = "official",
@@ -100,9 +106,47 @@ def build_table(scenes: Sequence[Scene], completions: Mapping[Key, Completion], 
     for c in kept:
         trace = cache.get(c.text) or cache.setdefault(c.text, parse_trace(c.text))
         facts.append(trace_facts(trace, scenes[index[c.view]].gt))
-    em, err, lines, sc, faithful = (np.array(col) for col in zip(*facts, strict=True))
+    em, err, lines, sc, faithful, complete = (np.array(col) for col in zip(*facts, strict=True))
     if any(skipped.values()):
         log.warning("%s: left out completions: %s", source, ", ".join(f"{n} {why}" for why, n in skipped.items()))
     return CompletionTable([scenes[i] for i in used], np.array([remap[index[c.view]] for c in kept]),
                            np.array([c.sample for c in kept]), [c.text for c in kept], em.astype(float),
-                           err.astype(float), lines.astype(int), sc.astype(float), faithful.astype(bool), skipped)
+                           err.astype(float), lines.astype(int), sc.astype(float), faithful.astype(bool),
+                           complete.astype(bool), skipped)
+
+
+@dataclass(frozen=True)
+class PredictionView:
+    """A view read from a predictions file: its path and the ground truth its columns record."""
+
+    view: str
+    gt: dict[str, int]
+
+
+PREDICTION_TEXT = ("rebuilt from the recorded predictions as `<answer>N</answer>` (main_pred; empty without one): "
+                   "the file holds no traces, so rewards that read a trace see none")
+
+
+def _gt_of(responder: ResponderTable, i: int) -> dict[str, int]:
+    gt = {("task_main" if c == "main" else c): responder.gt[c][i] for c in responder.tasks}
+    gt.update({c: responder.meta[c][i] for c in META_COLUMNS})
+    return {k: int(v) for k, v in gt.items() if np.isfinite(v)}
+
+
+def table_from_predictions(responder: ResponderTable) -> CompletionTable:
+    """One completion per view of a released-layout predictions file (k = 1), its text :data:`PREDICTION_TEXT`;
+    views without an Object Counting ground truth are left out. No trace: never complete, never faithful."""
+    keep = [i for i in range(len(responder)) if np.isfinite(responder.gt["main"][i])]
+    if not keep:
+        raise UserError(f"{responder.source}: responder {responder.name!r} has no view with main_gt")
+    pred, truth = responder.pred["main"][keep], responder.gt["main"][keep]
+    texts = [f"<answer>{int(p)}</answer>" if np.isfinite(p) else "" for p in pred]
+    lines = [c for c in TRACE_TASKS if c in responder.pred]
+    subtasks = sum((responder.pred[c][keep] == responder.gt[c][keep]).astype(int) for c in lines) if lines else 0
+    n = len(keep)
+    return CompletionTable(
+        [PredictionView(responder.views[i], _gt_of(responder, i)) for i in keep],  # type: ignore[misc]
+        np.arange(n), np.zeros(n, dtype=int), texts, (pred == truth).astype(float),
+        np.where(np.isfinite(pred), np.abs(pred - truth), np.nan), np.zeros(n, dtype=int) + subtasks,
+        np.full(n, np.nan), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool),
+        {"other_task": 0, "unknown_view": len(responder) - n, "beyond_k": 0})

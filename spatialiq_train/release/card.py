@@ -1,7 +1,12 @@
 """The model card (``README.md``) of a release: YAML front matter and body, a pure function of its inputs.
 
 Inputs are plain data: the recipe as run and the shipped recipe it started from (dicts), the dataset facts
-(:class:`DataFacts`), and the metrics file of ``spatialiq eval score`` (or None: "not evaluated").
+(:class:`DataFacts`), the phases that ran and the trace kind they trained on, and the metrics file of
+``spatialiq eval score`` (or None: "not evaluated").
+
+Every n and interval is computed from the counts the metrics file carries (``object_counting.n`` and
+``object_counting.correct``, ``per_task``, ``composition.n``), never rebuilt from a value and the scene count; a
+column that is no single proportion (the conditional-accuracy bundles) is shown without n or interval.
 """
 
 from __future__ import annotations
@@ -18,8 +23,15 @@ from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.recipes import flatten
 from spatialiq_train.tasks import build_prompt
 
-TAGS = ["spatial-reasoning", "block-counting", "rlvr", "grpo", "dapo", "qwen2.5-vl", "spatial-iq",
-        "image-text-to-text"]
+TAGS = ["spatial-reasoning", "block-counting", "qwen2.5-vl", "spatial-iq", "image-text-to-text"]
+RL_TAGS = ["rlvr", "grpo", "dapo"]
+PHASES = ("sft", "rl")
+RL_KEYS = ("rl", "vllm", "generation", "reward", "data.rl_split")
+"""Recipe keys only the RL phase reads: an SFT-only card does not list them."""
+SFT_KEYS = ("sft", "data.sft_split")
+"""Recipe keys only the SFT phase reads: an RL-only card does not list them."""
+PER_TASK_COLUMNS = {"object_count": "main", "visible_count": "task5", "hidden_count": "task8"}
+"""Hierarchy columns that are one task's accuracy: n and successes come from ``per_task``."""
 HIERARCHY_COLUMNS = ("object_count", "visible_count", "hidden_count", "referential_chain", "visible_support",
                      "hidden_support", "summation_mechanism", "mental_rotation_mean")
 
@@ -47,51 +59,101 @@ class CardInputs:
     data: DataFacts = field(default_factory=DataFacts)
     metrics: dict[str, Any] | None = None
     revision: str | None = None
+    phases: tuple[str, ...] | None = None
+    """The training phases that ran, in order (``("sft",)``, ``("rl",)``, ``("sft", "rl")``); None: not recorded."""
+    trace_kind: str | None = None
+    """``cot`` or ``plain``: the trace kind the model was trained on; None: not found."""
 
 
-def recipe_differences(run: dict[str, Any], base: dict[str, Any] | None) -> list[tuple[str, Any, Any]]:
-    """(key, base value, run value) for every dotted key whose value differs; all keys when there is no base."""
+def recipe_differences(run: dict[str, Any], base: dict[str, Any] | None,
+                       phases: tuple[str, ...] | None = None) -> list[tuple[str, Any, Any]]:
+    """(key, base value, run value) for every dotted key whose value differs; all keys when there is no base.
+    With ``phases`` known, keys only a phase that did not run reads (:data:`RL_KEYS`, :data:`SFT_KEYS`) are left out."""
     a, b = flatten(run), flatten(base or {})
     skip = {"name", "description"}
+    unread: tuple[str, ...] = ()
+    if phases is not None:
+        unread = (() if "rl" in phases else RL_KEYS) + (() if "sft" in phases else SFT_KEYS)
+
+    def shown(key: str) -> bool:
+        return key not in skip and not any(key == p or key.startswith(p + ".") for p in unread)
+
     return [(k, b.get(k, "(absent)"), a.get(k, "(absent)")) for k in sorted(a.keys() | b.keys())
-            if k not in skip and a.get(k, "(absent)") != b.get(k, "(absent)")]
+            if shown(k) and a.get(k, "(absent)") != b.get(k, "(absent)")]
 
 
-def wilson(p: float, n: int) -> tuple[float, float]:
-    """95% Wilson interval of a proportion ``p`` observed over ``n`` scenes (``(nan, nan)`` when n = 0)."""
-    if n <= 0 or not math.isfinite(p):
-        return math.nan, math.nan
-    return wilson_interval(round(p * n), n)
+@dataclass(frozen=True)
+class EvalRow:
+    """One evaluation row: the value as the metrics file gives it, its n and successes (None: not a proportion)."""
+
+    metric: str
+    value: float
+    n: int | None
+    successes: int | None
+
+    def interval(self) -> tuple[float, float]:
+        """95% Wilson interval of successes / n; (nan, nan) without counts."""
+        if self.n is None or self.successes is None or self.n <= 0:
+            return math.nan, math.nan
+        return wilson_interval(self.successes, self.n)
 
 
-def eval_rows(metrics: dict[str, Any]) -> list[tuple[str, float, int]]:
-    """(metric, value, n) for acc@1, maj@k, pass@k, selected@k and every hierarchy column present."""
+def successes_of(value: float, n: int) -> int | None:
+    """The success count a proportion over ``n`` stands for, when ``value * n`` is a whole number; else None (the
+    value is no proportion over these n: no interval is shown rather than a made-up one)."""
+    if n <= 0 or not math.isfinite(value):
+        return None
+    count = round(value * n)
+    return count if abs(value * n - count) < 1e-6 else None
+
+
+def _decoding_row(oc: dict[str, Any], label: str, scenes: int) -> EvalRow:
+    value = float(oc[label])
+    ns, correct = oc.get("n") or {}, oc.get("correct") or {}
+    n = ns.get(label, oc.get("acc@1_n", scenes) if label == "acc@1" else scenes)
+    n = int(n) if n is not None else None
+    hits = correct.get(label)
+    hits = int(hits) if hits is not None else (successes_of(value, n) if n is not None else None)
+    return EvalRow(label, value, n, hits)
+
+
+def _hierarchy_row(metrics: dict[str, Any], column: str, value: float) -> EvalRow:
+    task = PER_TASK_COLUMNS.get(column)
+    counts = (metrics.get("per_task") or {}).get(task or "") or {}
+    if task is not None and counts.get("n") is not None and counts.get("n_correct") is not None:
+        return EvalRow(column, value, int(counts["n"]), int(counts["n_correct"]))
+    composition = metrics.get("composition") or {}
+    if column == "summation_mechanism" and composition.get("n"):
+        n = int(composition["n"])
+        return EvalRow(column, value, n, successes_of(value, n))
+    return EvalRow(column, value, None, None)
+
+
+def eval_rows(metrics: dict[str, Any]) -> list[EvalRow]:
+    """acc@1, maj@k, pass@k, selected@k and every hierarchy column present, each with the n and successes the
+    metrics file carries."""
     oc = metrics.get("object_counting") or {}
     k = metrics.get("k")
     scenes = int(metrics.get("scenes") or 0)
-    rows: list[tuple[str, float, int]] = []
-    if "acc@1" in oc:
-        rows.append(("acc@1", float(oc["acc@1"]), int(oc.get("acc@1_n", scenes))))
-    for label in (f"maj@{k}", f"pass@{k}"):
-        if oc.get(label) is not None:
-            rows.append((label, float(oc[label]), scenes))
-    selected = sorted(key for key in oc if key.startswith(f"selected@{k}"))
-    rows += [(key, float(oc[key]), scenes) for key in selected if oc[key] is not None]
+    labels = [label for label in ("acc@1", f"maj@{k}", f"pass@{k}") if oc.get(label) is not None]
+    labels += sorted(key for key in oc if key.startswith(f"selected@{k}") and oc[key] is not None)
+    rows = [_decoding_row(oc, label, scenes) for label in labels]
     summary = metrics.get("summary") or {}
     for column in HIERARCHY_COLUMNS:
         value = summary.get(column)
         if value is not None and math.isfinite(float(value)):
-            rows.append((column, float(value), scenes))
+            rows.append(_hierarchy_row(metrics, column, float(value)))
     return rows
 
 
 def front_matter(inputs: CardInputs) -> dict[str, Any]:
     meta: dict[str, Any] = {"license": inputs.license, "base_model": inputs.base_model, "library_name": "transformers",
-                            "pipeline_tag": "image-text-to-text", "tags": list(TAGS)}
+                            "pipeline_tag": "image-text-to-text",
+                            "tags": TAGS[:2] + (RL_TAGS if "rl" in (inputs.phases or ()) else []) + TAGS[2:]}
     if inputs.datasets:
         meta["datasets"] = list(inputs.datasets)
     if inputs.metrics:
-        metrics = [{"type": m, "name": m, "value": round(v, 6)} for m, v, _ in eval_rows(inputs.metrics)]
+        metrics = [{"type": r.metric, "name": r.metric, "value": round(r.value, 6)} for r in eval_rows(inputs.metrics)]
         meta["model-index"] = [{"name": inputs.name, "results": [{
             "task": {"type": "image-text-to-text", "name": "Stacked-block counting"},
             "dataset": {"type": "spatial-iq", "name": "Spatial-IQ benchmark split", "split": "benchmark"},
@@ -115,9 +177,11 @@ def _training_section(inputs: CardInputs) -> list[str]:
              ("structures", d.structures), ("views", d.views)]
     lines += [f"- Data {label}: {value}" for label, value in facts if value is not None]
     lines += [f"- Split `{s}`: structure-id sha256 `{h}`" for s, h in sorted(d.split_hashes.items())]
-    diffs = recipe_differences(inputs.run_recipe, inputs.base_recipe)
+    diffs = recipe_differences(inputs.run_recipe, inputs.base_recipe, inputs.phases)
     base = "the shipped recipe of the same name" if inputs.base_recipe is not None else "nothing (no shipped base)"
-    lines += ["", f"Hyperparameters that differ from {base}:", ""]
+    unread = "" if inputs.phases is None or set(PHASES) <= set(inputs.phases) else \
+        f" (keys read only by a phase that did not run are left out; the run's phases: {', '.join(inputs.phases)})"
+    lines += ["", f"Hyperparameters that differ from {base}{unread}:", ""]
     if diffs:
         lines += ["| key | base | this run |", "| --- | --- | --- |"]
         lines += [f"| `{k}` | {_fmt(b)} | {_fmt(r)} |" for k, b, r in diffs]
@@ -126,20 +190,32 @@ def _training_section(inputs: CardInputs) -> list[str]:
     return lines
 
 
-def _usage_section(repo: str) -> list[str]:
+def _prompt_lines(trace_kind: str | None) -> list[str]:
     prompt = build_prompt("task_main", "training")
-    return ["## How to use", "",
-            "The model answers the benchmark's Object Counting question with the hierarchical chain of thought. "
-            "Send the CoT system prompt and one user turn holding the view image then the prompt, exactly:", "",
-            "System prompt:", "", "```text", COT_SYSTEM_PROMPT, "```", "", "User prompt:", "", "```text", prompt, "```",
+    user = ["User prompt:", "", "```text", prompt, "```"]
+    if trace_kind == "cot":
+        return ["The model answers the benchmark's Object Counting question with the hierarchical chain of thought. "
+                "Send the CoT system prompt and one user turn holding the view image then the prompt, exactly:", "",
+                "System prompt:", "", "```text", COT_SYSTEM_PROMPT, "```", "", *user]
+    if trace_kind == "plain":
+        return ["The model answers the benchmark's Object Counting question with the total alone, as "
+                "`<answer>N</answer>` (plain traces: no system prompt, no chain of thought). Send one user turn "
+                "holding the view image then the prompt, exactly:", "", *user]
+    return ["The trace kind this model was trained on was not recorded with the run: send the system prompt (if "
+            "any) and user prompt of its training traces. The benchmark's Object Counting prompt is:", "", *user]
+
+
+def _usage_section(repo: str, trace_kind: str | None) -> list[str]:
+    system = ['    {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},'] \
+        if trace_kind != "plain" else []
+    return ["## How to use", "", *_prompt_lines(trace_kind),
             "", "With transformers:", "", "```python",
             "from PIL import Image",
             "from transformers import AutoModelForImageTextToText, AutoProcessor",
             "",
             f'model = AutoModelForImageTextToText.from_pretrained("{repo}")',
             f'processor = AutoProcessor.from_pretrained("{repo}")',
-            "messages = [",
-            '    {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},',
+            "messages = [", *system,
             '    {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": PROMPT}]},',
             "]",
             "text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)",
@@ -157,6 +233,14 @@ def _usage_section(repo: str) -> list[str]:
             "`spatialiq eval score`."]
 
 
+def _eval_line(row: EvalRow) -> str:
+    if row.n is None or row.successes is None:
+        why = "a mean of conditional accuracies, no single n" if row.n is None else "not a proportion over n"
+        return f"| {row.metric} | {row.value:.4f} | {row.n if row.n is not None else '—'} | — ({why}) |"
+    lo, hi = row.interval()
+    return f"| {row.metric} | {row.value:.4f} | {row.n} | [{lo:.4f}, {hi:.4f}] |"
+
+
 def _eval_section(metrics: dict[str, Any] | None) -> list[str]:
     lines = ["## Evaluation", ""]
     if not metrics:
@@ -164,20 +248,31 @@ def _eval_section(metrics: dict[str, Any] | None) -> list[str]:
     if metrics.get("note"):
         lines += [f"> **Note:** {metrics['note']}", ""]
     lines += [f"Responder `{metrics.get('name', '?')}`, mode `{metrics.get('mode', '?')}`, k = {metrics.get('k')}, "
-              f"n = {metrics.get('scenes')} scenes, hierarchy convention `{metrics.get('convention', '?')}`. "
-              "Intervals are 95% Wilson intervals over n.", "",
+              f"{metrics.get('scenes')} scenes, hierarchy convention `{metrics.get('convention', '?')}`. "
+              "n is each metric's own denominator as the metrics file counts it; intervals are 95% Wilson intervals "
+              "of the success count over that n.", "",
               "| metric | value | n | 95% Wilson |", "| --- | --- | --- | --- |"]
-    for metric, value, n in eval_rows(metrics):
-        lo, hi = wilson(value, n)
-        lines.append(f"| {metric} | {value:.4f} | {n} | [{lo:.4f}, {hi:.4f}] |")
+    lines += [_eval_line(row) for row in eval_rows(metrics)]
     return lines
+
+
+def summary_sentence(phases: tuple[str, ...] | None, trace_kind: str | None) -> str:
+    """What the card's first paragraph says was done, from the phases that ran and the trace kind."""
+    traces = {"cot": "chain-of-thought traces", "plain": "plain answer traces"}.get(trace_kind or "", "traces")
+    how = {("sft",): f"supervised fine-tuning (SFT) on {traces}",
+           ("rl",): "GRPO/DAPO under the gated integer-distance reward",
+           ("sft", "rl"): f"SFT on {traces} then GRPO/DAPO under the gated integer-distance reward"}
+    done = how.get(tuple(phases or ()), "training phases not recorded with the run")
+    return (f"A Qwen2.5-VL policy trained with spatialiq-train ({done}) to count stacked 3D blocks through the "
+            "Spatial-IQ hierarchy of sub-tasks.")
 
 
 LIMITATIONS = [
     "## Limitations", "",
     "- Trained on procedurally generated cube-only scenes (4x4x4 height maps); other objects, clutter and real "
     "photographs are out of distribution.",
-    "- Scores are for the Spatial-IQ benchmark prompts and CoT template; other phrasings can score lower.",
+    "- Scores are for the Spatial-IQ benchmark prompts (and, for a CoT model, its template); other phrasings can "
+    "score lower.",
     "- A correct final count does not imply a faithful chain of thought: check the trace audit in the metrics.",
 ]
 
@@ -187,10 +282,9 @@ def model_card(inputs: CardInputs) -> str:
     meta = yaml.safe_dump(front_matter(inputs), sort_keys=False, allow_unicode=True)
     repo = inputs.name
     body = [f"# {inputs.name}", "",
-            "A Qwen2.5-VL policy trained with spatialiq-train (SFT then GRPO/DAPO under the gated "
-            "integer-distance reward) to count stacked 3D blocks through the Spatial-IQ hierarchy of sub-tasks.", ""]
+            summary_sentence(inputs.phases, inputs.trace_kind), ""]
     if inputs.revision:
         body += [f"Revision: `{inputs.revision}`.", ""]
-    body += [*_training_section(inputs), "", *_usage_section(repo), "", *_eval_section(inputs.metrics), "",
-             *LIMITATIONS]
+    body += [*_training_section(inputs), "", *_usage_section(repo, inputs.trace_kind), "",
+             *_eval_section(inputs.metrics), "", *LIMITATIONS]
     return f"---\n{meta}---\n\n" + "\n".join(body) + "\n"

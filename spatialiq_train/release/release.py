@@ -11,9 +11,10 @@ from typing import Any
 
 import yaml
 
+from data_gen.trace_kind import record_kind
 from spatialiq_train.errors import UserError
 from spatialiq_train.io import atomic_write_text, read_json
-from spatialiq_train.release.card import CardInputs, DataFacts, model_card
+from spatialiq_train.release.card import PHASES, CardInputs, DataFacts, model_card
 from spatialiq_train.release.checkpoint import (
     ReleaseError,
     copy_configs,
@@ -72,6 +73,50 @@ def data_facts(recipe: dict[str, Any] | None, data_root: Path | None) -> DataFac
                      structures=counts.get("structures"), views=counts.get("views"), split_hashes=hashes)
 
 
+def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def run_phases(run: Path, model_dir: Path) -> tuple[str, ...] | None:
+    """The training phases that ran, in order, from the ``phase`` of the metrics.jsonl rows the run folder holds
+    (``RUN/sft``, ``RUN/rl``, RUN itself, the checkpoint's parent); None when no row records one."""
+    seen: set[str] = set()
+    for path in (run / "sft" / "metrics.jsonl", run / "rl" / "metrics.jsonl", run / "metrics.jsonl",
+                 model_dir.parent / "metrics.jsonl"):
+        if path.is_file():
+            seen |= {str(row.get("phase")) for row in _jsonl_rows(path)}
+    return tuple(p for p in PHASES if p in seen) or None
+
+
+def trace_kind(recipe: dict[str, Any] | None, phases: tuple[str, ...] | None) -> str | None:
+    """The trace kind of the split the run trained on (first record of the recipe's trace file); None if unread."""
+    data = (recipe or {}).get("data") or {}
+    if not data.get("traces_dir"):
+        return None
+    keys = [k for phase, k in (("sft", "sft_split"), ("rl", "rl_split")) if phase in (phases or PHASES)]
+    for key in keys:
+        path = Path(data["traces_dir"]) / f"{data.get(key)}.jsonl"
+        if data.get(key) and path.is_file():
+            rows = _jsonl_rows(path)
+            if rows:
+                return record_kind(rows[0])
+    return None
+
+
+def make_public(folder: Path) -> None:
+    """Released files 0644 and folders 0755 (training writes weights 0600 through its temp files)."""
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
 def _read_metrics(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
@@ -125,11 +170,14 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
     base_model = str(((recipe or {}).get("model") or {}).get("name_or_path", "unknown"))
     if ((recipe or {}).get("model") or {}).get("tiny"):
         base_model = "spatialiq-tiny (randomly initialised, offline)"
+    phases = run_phases(run, model_dir)
     inputs = CardInputs(name=name or out.name, run_recipe=recipe or {}, base_recipe=_base_recipe((recipe or {})
                         .get("name")), base_model=base_model, license=license, datasets=datasets,
-                        data=data_facts(recipe, data_root), metrics=metrics_data)
+                        data=data_facts(recipe, data_root), metrics=metrics_data, phases=phases,
+                        trace_kind=trace_kind(recipe, phases))
     atomic_write_text(tmp / "README.md", model_card(inputs))
     write_sums(tmp)
+    make_public(tmp)
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
