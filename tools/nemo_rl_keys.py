@@ -15,6 +15,13 @@ Two sources are merged per algorithm (grpo, sft):
    says so (not NotRequired / no pydantic default), in every alternative of a union.
 2. The shipped example YAMLs (`examples/configs/` grpo/sft/vlm ones and their `recipes/`): every key path.
 
+A declared key counts only when the code reads it. `unread`: the declared keys whose name no code in `nemo_rl/`
+reads (as a subscript, `.get`/`.pop`/`.setdefault`, `in` test, `getattr`/`hasattr` or attribute), outside the
+mappings NeMo-RL hands on whole as keyword arguments (`PASSTHROUGH`), plus keys read under the same name elsewhere
+but ignored at their own path (`UNREAD_AT_PATH`). They are listed with their reason and are not in `keys`, so a
+config that sets one is refused: it would have no effect. `--refresh-unread CODE_TREE` recomputes them for an
+existing key file from a NeMo-RL work tree (only its `nemo_rl/` is read).
+
 The sources are read with `ast` and `yaml.safe_load` only: NeMo-RL is never imported, so this runs anywhere.
 """
 
@@ -45,6 +52,26 @@ YAML_SKIP = {"defaults", "_override_"}
 OPEN_NAMES = {"dict", "Dict", "Mapping", "MutableMapping", "Any", "object", "TypedDict", "BaseModel"}
 LIST_NAMES = {"list", "List", "Sequence", "tuple", "Tuple", "set"}
 UNWRAP_NAMES = {"NotRequired", "Required", "Optional", "Annotated", "ClassVar", "Final"}
+PASSTHROUGH = {
+    "policy.dtensor_cfg.automodel_kwargs": "models/automodel/setup.py hands it to Automodel's from_pretrained",
+    "policy.dtensor_cfg.lora_cfg": "models/automodel/setup.py builds PeftConfig from {**lora_cfg}",
+    "policy.dtensor_cfg.moe_parallelizer": "models/automodel/setup.py: MoEParallelizerConfig(**moe_parallelizer)",
+    "policy.generation.sglang_cfg": "models/generation/sglang hands it to the SGLang server",
+    "policy.generation.sglang_kwargs": "models/generation/sglang hands it to the SGLang server",
+    "policy.megatron_cfg": "models/megatron builds Megatron's configs from it",
+    "logger.wandb": "utils/logger.py: wandb.init(**cfg)",
+    "data.train": "data/datasets: the dataset class is built with **data_config",
+    "data.train[]": "data/datasets: the dataset class is built with **data_config",
+    "data.validation": "data/datasets: the dataset class is built with **data_config",
+    "data.validation[]": "data/datasets: the dataset class is built with **data_config",
+    "data.default": "data/datasets: merged into each dataset entry",
+}
+"""Mappings NeMo-RL passes on whole as keyword arguments: their keys are read by the callee, not by name."""
+UNREAD_AT_PATH = {
+    "logger.tensorboard.log_dir": "utils/logger.py: TensorboardLogger ignores its cfg; the logger always writes "
+                                  "TensorBoard under <logger.log_dir>/exp_NNN/tensorboard",
+}
+"""Keys whose name is read elsewhere but not at this path (found by reading the code, with the place)."""
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "spatialiq_train" / "nemo" / "nemo_rl_keys.json"
 
 
@@ -330,10 +357,58 @@ def under_open(path: str, opens: set[str]) -> bool:
     return any(path.startswith(o + ".") for o in opens)
 
 
+def code_reads(files: dict[str, str]) -> set[str]:
+    """Every name the code reads from a mapping or object (see the module docstring)."""
+    reads: set[str] = set()
+    for text in files.values():
+        for node in ast.walk(ast.parse(text)):
+            reads |= _read_names(node)
+    return reads
+
+
+def _const(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _read_names(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Subscript):
+        name = _const(node.slice)
+    elif isinstance(node, ast.Attribute):
+        name = node.attr
+    elif isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops):
+        name = _const(node.left)
+    elif isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in ("get", "pop", "setdefault"):
+        name = _const(node.args[0])
+    elif isinstance(node, ast.Call) and len(node.args) > 1 and isinstance(node.func, ast.Name) \
+            and node.func.id in ("getattr", "hasattr"):
+        name = _const(node.args[1])
+    else:
+        name = None
+    return {name} if name else set()
+
+
+def unread_keys(keys: set[str], reads: set[str]) -> dict[str, str]:
+    """Declared keys no code reads, with the reason (passed-through mappings excepted)."""
+    out = {}
+    for key in sorted(keys):
+        if key in UNREAD_AT_PATH:
+            out[key] = UNREAD_AT_PATH[key]
+        elif not under_open(key, set(PASSTHROUGH)) and key not in PASSTHROUGH \
+                and key.replace("[]", "").rsplit(".", 1)[-1] not in reads:
+            out[key] = "no code in nemo_rl/ reads this name"
+    return out
+
+
+def _code_files(src: Source) -> dict[str, str]:
+    return {f: src.read(f) for f in src.files() if f.startswith("nemo_rl/") and f.endswith(".py")}
+
+
 def extract(src: Source) -> dict:
     """The key file's content for every algorithm in ROOTS."""
     index = TypeIndex(src)
     files = src.files()
+    reads = code_reads(_code_files(src))
     out: dict = {}
     for algo, (rel, cls_name) in ROOTS.items():
         schema = Schema()
@@ -345,10 +420,12 @@ def extract(src: Source) -> dict:
         for f in sources:
             from_yaml |= yaml_paths(yaml.safe_load(src.read(f)) or {})
         keys = {k for k in schema.keys | from_yaml if not under_open(k, schema.open)}
+        unread = unread_keys(keys, reads)
         out[algo] = {
             "root": f"{rel}:{cls_name}",
             "yaml_sources": sources,
-            "keys": sorted(keys),
+            "keys": sorted(keys - set(unread)),
+            "unread": unread,
             "open": sorted(schema.open),
             "required": sorted(k for k in schema.required if not under_open(k, schema.open)),
         }
@@ -360,13 +437,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("source", type=Path, help="NeMo-RL work tree, or git directory (with --ref)")
     ap.add_argument("--ref", help="tag or commit to read from a git directory, e.g. v0.7.0")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--refresh-unread", action="store_true",
+                    help="recompute only the unread keys of the existing --out file from SOURCE's nemo_rl/ code")
     args = ap.parse_args(argv)
     src = Source(args.source, args.ref)
+    if args.refresh_unread:
+        return refresh_unread(src, args.out)
     tag, commit = src.revision()
     doc = {
         "nemo_rl": {"tag": tag, "commit": commit, "generated_by": "tools/nemo_rl_keys.py"},
         "notes": "keys: dotted paths NeMo-RL reads (list items as key[]); open: mappings whose keys are free-form; "
-                 "required: keys the config types require whenever their parent mapping is present.",
+                 "required: keys the config types require whenever their parent mapping is present; "
+                 "unread: declared keys the code never reads (refused: they would have no effect).",
         "algorithms": extract(src),
     }
     tmp = args.out.with_name(args.out.name + ".tmp")
@@ -374,6 +456,22 @@ def main(argv: list[str] | None = None) -> int:
     os.replace(tmp, args.out)
     counts = ", ".join(f"{a}: {len(v['keys'])} keys" for a, v in doc["algorithms"].items())
     print(f"wrote {args.out} (NeMo-RL {tag or '?'} {commit or '?'}; {counts})")
+    return 0
+
+
+def refresh_unread(src: Source, path: Path) -> int:
+    """Move keys between `keys` and `unread` of an existing key file, by what `src`'s code reads."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    reads = code_reads(_code_files(src))
+    for entry in doc["algorithms"].values():
+        declared = set(entry["keys"]) | set(entry.get("unread", {}))
+        entry["unread"] = unread_keys(declared, reads)
+        entry["keys"] = sorted(declared - set(entry["unread"]))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    print(f"refreshed unread keys in {path}: " + ", ".join(f"{a}: {len(v['unread'])}" for a, v in
+                                                          doc["algorithms"].items()))
     return 0
 
 

@@ -66,11 +66,11 @@ ROWS = 8
 ANSWERS = [11, 3, 7, 0, 5, 12, 2, 9]
 
 
-def write_all_traces(root: Path) -> Path:
-    """Trace files of every split (``ROWS`` rows with the answers above) and their images under ``root``."""
+def write_all_traces(root: Path, rows: int = ROWS) -> Path:
+    """Trace files of every split (``rows`` rows, answers cycling through the above) and their images."""
     rng = np.random.default_rng(0)
     for split in ("train", "val", "warmup", "rl"):
-        write_traces(root, split, ROWS, rng, answer=lambda i: ANSWERS[i % len(ANSWERS)])
+        write_traces(root, split, rows, rng, answer=lambda i: ANSWERS[i % len(ANSWERS)])
     return root
 
 

@@ -58,9 +58,10 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Any:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ray_bin = Path(sys.executable).with_name("ray")
+    # 16 logical CPUs: each environment actor asks for one, and several driver runs' actors share the head
     temp = tmp_path_factory.mktemp("ray")
     proc = subprocess.Popen(
-        [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+        [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=16", "--include-dashboard=false",
          "--disable-usage-stats", '--resources={"nrl_tag_ALL": 1}', f"--temp-dir={temp}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"127.0.0.1:{port}"
