@@ -28,7 +28,7 @@ RUN_PYTEST=0
 OUT=""
 BUDGET=""
 # Seconds per stage, in the order they run; their sum is the default budget.
-STAGE_LIMITS=(gpu-tests-collect:20 train-plan:20 mitsuba-cuda:40 vllm-sample:150 grpo-vllm:120 sft-zero3:70
+STAGE_LIMITS=(gpu-tests-collect:20 train-plan:20 mitsuba-cuda:40 vllm-sample:140 grpo-vllm:120 sft-zero3:80
               train-7b:150)
 
 while [ $# -gt 0 ]; do
