@@ -48,22 +48,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _sft(root: Path, name: str, base: Path, *overrides: str) -> tuple[Path, float]:
+def _launch(root: Path, name: str, base: Path, *overrides: str, config: Path = CONFIG) -> subprocess.CompletedProcess:
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     out = root / name
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIG), "--main_process_port",
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--main_process_port",
            str(_free_port()), "-m", "spatialiq_train.cli", "train", "sft", "--recipe", str(RECIPE), "--out", str(out),
            "model.tiny=false", f"model.name_or_path={base}", f"data.traces_dir={root / 'traces'}",
            f"data.data_root={root}", f"sft.max_steps={STEPS}", f"sft.learning_rate={LR}",
            "sft.per_device_train_batch_size=2", "logging.save_steps=100", "run.device=cpu", *overrides]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, cwd=REPO)
+
+
+def _sft(root: Path, name: str, base: Path, *overrides: str) -> tuple[Path, float]:
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, cwd=REPO)
+    proc = _launch(root, name, base, *overrides)
     wall = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     print(f"ZeRO-3 SFT {name}: {wall:.1f} s")
-    return out, wall
+    return root / name, wall
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +80,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     full, t_full = _sft(root, "full", base)
     lora, t_lora = _sft(root, "lora", base, "model.lora.enabled=true", "model.lora.r=4")
     print(f"ZeRO-3 SFT wall time: full {t_full:.0f} s, LoRA {t_lora:.0f} s")
-    return {"base": Path(base), "full": full, "lora": lora}
+    return {"root": root, "base": Path(base), "full": full, "lora": lora}
 
 
 def _params(folder: Path) -> dict:
@@ -150,6 +154,20 @@ def test_lora_export_is_the_base_plus_the_merged_adapter_delta(runs: dict[str, P
     small = {n: float(d.abs().max()) for n, d in delta.items() if float(d.abs().max()) <= LORA_MOVE}
     assert not small, f"merged deltas at most {LORA_MOVE}: {small}"
     assert all(any(n.endswith(f"{m}.weight") for m in config["target_modules"]) for n in delta)
+
+
+@pytest.mark.slow
+def test_full_zero3_run_without_16bit_save_is_refused_before_training(runs: dict[str, Path], tmp_path: Path) -> None:
+    import yaml
+
+    config = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    config["deepspeed_config"]["zero3_save_16bit_model"] = False
+    no_save = tmp_path / "zero3_no_16bit_save.yaml"
+    no_save.write_text(yaml.safe_dump(config), encoding="utf-8")
+    proc = _launch(runs["root"], "no_save", runs["base"], config=no_save)
+    assert proc.returncode != 0
+    assert "stage3_gather_16bit_weights_on_model_save" in proc.stderr and "zero3_save_16bit_model" in proc.stderr
+    assert not list((runs["root"] / "no_save").glob("checkpoint-*"))  # refused before the first step
 
 
 def test_outside_zero3_init_loads_whole_models_while_a_zero3_config_lives(
