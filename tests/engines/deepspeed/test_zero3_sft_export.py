@@ -170,6 +170,22 @@ def test_full_zero3_run_without_16bit_save_is_refused_before_training(runs: dict
     assert not list((runs["root"] / "no_save").glob("checkpoint-*"))  # refused before the first step
 
 
+@pytest.mark.slow
+def test_a_merge_failure_on_the_main_rank_is_raised_on_every_rank(runs: dict[str, Path], tmp_path: Path) -> None:
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIG), "--main_process_port",
+           str(_free_port()), str(Path(__file__).with_name("_merge_failure_worker.py")), "--model", str(runs["base"]),
+           "--data", str(runs["root"]), "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=REPO)  # a hang times out
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    outcomes = [(tmp_path / f"rank{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert outcomes[0] == "RuntimeError: injected merge failure", outcomes
+    assert outcomes[1].startswith("ExportError: merging the LoRA adapter"), outcomes
+    assert "failed on the main process" in outcomes[1]
+    assert not (tmp_path / "final").exists()
+
+
 def test_outside_zero3_init_loads_whole_models_while_a_zero3_config_lives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
