@@ -12,7 +12,8 @@
 #   bash bench/gpu_check.sh [--dry-run] [--run-pytest] [--out DIR] [--budget SECONDS]
 #
 # Each stage has a time limit (STAGE_LIMITS below); they add up to the default budget (570 s, about 10 minutes of
-# GPU time), and a --budget below their sum is refused (exit 2), so no stage is cut short by the ones before it.
+# GPU time), and a --budget below their sum is refused (exit 2): a late stage loses at most the seconds the script
+# spends between stages and the 10 s grace of an earlier stage that was killed, never a whole stage's time.
 # Exit status: 0 only when a GPU is visible and every stage passed; 1 when a stage failed or did not run (SKIP,
 # e.g. every test of a pytest stage skipped). Without a CUDA GPU the two cheap stages still run, every GPU stage
 # reports SKIP with the reason, and the script ends with "no GPU: nothing was checked" and exit 1 (--run-pytest
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
         --run-pytest) RUN_PYTEST=1 ;;
         --out) OUT=$2; shift ;;
         --budget) BUDGET=$2; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "error: unknown argument $1 (expected --dry-run, --run-pytest, --out DIR, --budget SECONDS)" >&2; exit 2 ;;
     esac
     shift
