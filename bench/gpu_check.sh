@@ -11,9 +11,14 @@
 #
 #   bash bench/gpu_check.sh [--dry-run] [--run-pytest] [--out DIR] [--budget SECONDS]
 #
-# Without CUDA, or with --dry-run, every GPU stage reports SKIP with the reason and the script exits 0;
-# --run-pytest (without CUDA) still runs the pytest stages, whose tests then skip (tests/gpu/conftest.py).
-# Exit status: 0 when no stage failed, 1 otherwise. The GPU tests themselves live in tests/gpu/.
+# Each stage has a time limit (STAGE_LIMITS below); they add up to the default budget (570 s, about 10 minutes of
+# GPU time), and a --budget below their sum is refused (exit 2): a late stage loses at most the seconds the script
+# spends between stages and the 10 s grace of an earlier stage that was killed, never a whole stage's time.
+# Exit status: 0 only when a GPU is visible and every stage passed; 1 when a stage failed or did not run (SKIP,
+# e.g. every test of a pytest stage skipped). Without a CUDA GPU the two cheap stages still run, every GPU stage
+# reports SKIP with the reason, and the script ends with "no GPU: nothing was checked" and exit 1 (--run-pytest
+# runs the pytest stages anyway; their tests then skip, tests/gpu/conftest.py). --dry-run runs only the cheap
+# stages and exits 0 when they passed: a dry run checks the script, never a GPU. The GPU tests live in tests/gpu/.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -22,7 +27,10 @@ PY=${PYTHON:-python}
 DRY=0
 RUN_PYTEST=0
 OUT=""
-BUDGET=570
+BUDGET=""
+# Seconds per stage, in the order they run; their sum is the default budget.
+STAGE_LIMITS=(gpu-tests-collect:20 train-plan:20 mitsuba-cuda:40 vllm-sample:140 grpo-vllm:120 sft-zero3:80
+              train-7b:150)
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -30,11 +38,34 @@ while [ $# -gt 0 ]; do
         --run-pytest) RUN_PYTEST=1 ;;
         --out) OUT=$2; shift ;;
         --budget) BUDGET=$2; shift ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "error: unknown argument $1 (expected --dry-run, --run-pytest, --out DIR, --budget SECONDS)" >&2; exit 2 ;;
     esac
     shift
 done
+
+LIMIT_SUM=0
+for entry in "${STAGE_LIMITS[@]}"; do
+    LIMIT_SUM=$((LIMIT_SUM + ${entry##*:}))
+done
+if [ -z "$BUDGET" ]; then
+    BUDGET=$LIMIT_SUM
+elif ! [ "$BUDGET" -ge "$LIMIT_SUM" ] 2>/dev/null; then
+    echo "error: --budget $BUDGET must be a whole number of seconds, at least the stage limits' sum ${LIMIT_SUM} (STAGE_LIMITS in $0)" >&2
+    exit 2
+fi
+
+limit_of() {  # NAME -> its seconds in STAGE_LIMITS
+    local entry
+    for entry in "${STAGE_LIMITS[@]}"; do
+        if [ "${entry%%:*}" = "$1" ]; then
+            echo "${entry##*:}"
+            return
+        fi
+    done
+    echo "error: stage $1 has no limit in STAGE_LIMITS" >&2
+    exit 2
+}
 
 if [ -z "$OUT" ]; then
     OUT=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
@@ -64,11 +95,12 @@ left() {
     echo $((BUDGET - (SECONDS - START)))
 }
 
-# run_stage NAME LIMIT gpu|pytest|any COMMAND...: PASS on exit 0, FAIL otherwise (timeout named), SKIP for GPU stages
+# run_stage NAME gpu|pytest|any COMMAND...: PASS on exit 0, FAIL otherwise (timeout named), SKIP for GPU stages
 # when CUDA is absent or the budget is spent. Output goes to $OUT/NAME.log.
 run_stage() {
-    local name=$1 limit=$2 kind=$3
-    shift 3
+    local name=$1 kind=$2 limit
+    limit=$(limit_of "$name") || exit 2
+    shift 2
     if [ "$kind" = pytest ] && [ "$RUN_PYTEST" = 1 ] && [ "$DRY" = 0 ]; then
         kind=any
     fi
@@ -116,25 +148,26 @@ else:
 EOF
 }
 
-pytest_stage() {  # NAME LIMIT TEST_FILE
-    run_stage "$1" "$2" pytest "$PY" -m pytest -q -p no:cacheprovider -rs --junitxml="$OUT/$1.xml" "$3"
+pytest_stage() {  # NAME TEST_FILE
+    run_stage "$1" pytest "$PY" -m pytest -q -p no:cacheprovider -rs --junitxml="$OUT/$1.xml" "$2"
 }
 
-run_stage gpu-tests-collect 120 any "$PY" -m pytest -q -p no:cacheprovider --collect-only tests/gpu
-run_stage train-plan 120 any "$PY" bench/bench_train.py --arch 7b --dry-run --out "$OUT/train_plan.json"
-pytest_stage mitsuba-cuda 90 tests/gpu/test_gpu_mitsuba.py
-pytest_stage vllm-sample 200 tests/gpu/test_gpu_vllm_sample.py
-pytest_stage grpo-vllm 150 tests/gpu/test_gpu_grpo_vllm.py
-pytest_stage sft-zero3 150 tests/gpu/test_gpu_deepspeed.py
-run_stage train-7b 330 gpu "$PY" bench/bench_train.py --arch 7b --steps 2 --out "$OUT/train_7b.json"
+run_stage gpu-tests-collect any "$PY" -m pytest -q -p no:cacheprovider --collect-only tests/gpu
+run_stage train-plan any "$PY" bench/bench_train.py --arch 7b --dry-run --out "$OUT/train_plan.json"
+pytest_stage mitsuba-cuda tests/gpu/test_gpu_mitsuba.py
+pytest_stage vllm-sample tests/gpu/test_gpu_vllm_sample.py
+pytest_stage grpo-vllm tests/gpu/test_gpu_grpo_vllm.py
+pytest_stage sft-zero3 tests/gpu/test_gpu_deepspeed.py
+run_stage train-7b gpu "$PY" bench/bench_train.py --arch 7b --steps 2 --out "$OUT/train_7b.json"
 
 # A stage that reports SKIP inside a PASS (every pytest test skipped) is shown as SKIP.
-"$PY" - "$RESULTS" "$SPATIALIQ_GPU_FIGURES" "$OUT" <<'EOF'
+"$PY" - "$RESULTS" "$SPATIALIQ_GPU_FIGURES" "$OUT" "$DRY" "$SKIP_REASON" "$BUDGET" <<'EOF'
 import json
 import sys
 from pathlib import Path
 
 results, figures, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+dry, no_gpu, budget = sys.argv[4] == "1", sys.argv[5], sys.argv[6]
 rows = [line.split("\t") for line in results.read_text().splitlines() if line.strip()]
 rows = [[n, "SKIP" if s == "PASS" and d.startswith("SKIPPED: ") else s, t, d.removeprefix("SKIPPED: ")]
         for n, s, t, d in rows]
@@ -162,6 +195,20 @@ if train.is_file():
         print(f"  {'train-7b':<14} {ph['phase']}: {ph['s_per_step']:.2f} s/step, {ph['tokens_per_s']:.0f} tokens/s, "
               f"peak {ph['peak_memory_gb']:.1f} GiB, MFU {mfu} ({t['device']})")
 failed = [r[0] for r in rows if r[1] == "FAIL"]
-print(f"\n{len(rows) - len(failed)}/{len(rows)} stages without failure; logs under {out}")
-sys.exit(1 if failed else 0)
+not_run = [r[0] for r in rows if r[1] == "SKIP"]
+passed = len(rows) - len(failed) - len(not_run)
+print(f"\n{passed} passed, {len(not_run)} skipped, {len(failed)} failed of {len(rows)} stages (budget {budget} s); "
+      f"logs under {out}")
+if failed:
+    sys.exit(1)
+if dry:
+    print(f"dry run: the script and the cheap stages checked, no GPU stage run ({len(not_run)} skipped)")
+    sys.exit(0)
+if no_gpu:
+    print(f"no GPU: nothing was checked ({no_gpu})")
+    sys.exit(1)
+if not_run:
+    print(f"not checked: {', '.join(not_run)} did not run (see the detail column)")
+    sys.exit(1)
+print(f"all {len(rows)} stages passed")
 EOF

@@ -272,6 +272,24 @@ class VllmSection(_Section):
     server_host: str = "0.0.0.0"
     """Server mode: where `trl vllm-serve` listens."""
     server_port: Count = Field(8000, gt=0, le=65535)
+    importance_sampling_correction: Flag = False
+    """Reweight the loss by the ratio of the trainer's to vLLM's log-probabilities of each rollout. TRL 1.16 turns
+    it on by default with vLLM; off here, as in NeMo-RL v0.7.0 and the released config (docs/training.md)."""
+    importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = (
+        "sequence_mask")
+    importance_sampling_clip_max: Num | None = Field(3.0, gt=0)
+    importance_sampling_clip_min: Num | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _importance_sampling_bounds(self) -> VllmSection:
+        low, high = self.importance_sampling_clip_min, self.importance_sampling_clip_max
+        if low is not None and high is not None and low >= high:
+            raise ValueError(f"importance_sampling_clip_min ({low}) must be below importance_sampling_clip_max "
+                             f"({high})")
+        if self.importance_sampling_mode.endswith("_truncate") and low is None and high is None:
+            raise ValueError(f"importance_sampling_mode {self.importance_sampling_mode} needs "
+                             "importance_sampling_clip_max or importance_sampling_clip_min")
+        return self
 
 
 VLLM_TO_GRPO: dict[str, str] = {
@@ -282,6 +300,10 @@ VLLM_TO_GRPO: dict[str, str] = {
     "enable_sleep_mode": "vllm_enable_sleep_mode",
     "server_host": "vllm_server_host",
     "server_port": "vllm_server_port",
+    "importance_sampling_correction": "vllm_importance_sampling_correction",
+    "importance_sampling_mode": "vllm_importance_sampling_mode",
+    "importance_sampling_clip_max": "vllm_importance_sampling_clip_max",
+    "importance_sampling_clip_min": "vllm_importance_sampling_clip_min",
 }
 """`vllm.<key>` -> `trl.GRPOConfig` field, one to one."""
 

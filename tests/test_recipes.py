@@ -174,7 +174,9 @@ def test_dapo_tight_follows_the_released_configuration(scale: str) -> None:
     full = load_recipe(RECIPES / f"dapo_tight_{scale}.yaml")
     assert (full.generation.max_completion_length, full.vllm.max_model_len) == (1024, 2048)
     assert (full.generation.temperature, full.generation.top_p) == (1.0, 1.0)
-    assert (full.vllm.mode, full.vllm.gpu_memory_utilization) == ("colocate", 0.6)
+    # 32B: TRL keeps the ZeRO-3 training state on the GPU while vLLM generates (docs/training.md, memory plan)
+    expected = ("colocate", 0.6, False) if scale == "7b" else ("colocate", 0.3, True)
+    assert (full.vllm.mode, full.vllm.gpu_memory_utilization, full.vllm.enable_sleep_mode) == expected
 
 
 @pytest.mark.parametrize("name", ["sft_plain_7b", "sft_cot_7b", "sft_plain_32b", "sft_cot_32b", "dapo_tight_7b",

@@ -112,7 +112,9 @@ def test_vllm_section_reaches_grpo_config_when_usable(tmp_path: Path, monkeypatc
     args = rl.vllm_args(recipe)
     assert args == {"use_vllm": True, "vllm_mode": "server", "vllm_gpu_memory_utilization": 0.45,
                     "vllm_tensor_parallel_size": 2, "vllm_max_model_length": 64, "vllm_enable_sleep_mode": True,
-                    "vllm_server_host": "10.0.0.2", "vllm_server_port": 8123}
+                    "vllm_server_host": "10.0.0.2", "vllm_server_port": 8123,
+                    "vllm_importance_sampling_correction": False, "vllm_importance_sampling_mode": "sequence_mask",
+                    "vllm_importance_sampling_clip_max": 3.0, "vllm_importance_sampling_clip_min": None}
     with pytest.raises(RecipeError, match=r"vllm.max_model_len \(24\) must exceed generation.max_completion_length"):
         tiny_recipe(["vllm.max_model_len=24"])
 

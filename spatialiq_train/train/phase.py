@@ -131,6 +131,9 @@ def build_phase_trainer(
     args = phase_config(spec, recipe, out)
     all_callbacks = [*_phase_callbacks(recipe, spec.name, out), *(callbacks or [])]
     trainer = spec.make_trainer(model_path, args, train_dataset, eval_dataset, processor, all_callbacks)
+    from spatialiq_train.train.export import check_exportable
+
+    check_exportable(trainer)  # before training: a ZeRO-3 run whose weights could not be saved is refused now
     if recipe.model.freeze_vision:
         common.freeze_vision_tower(trainer.model)
     start = section_of(recipe, spec.name).optimizer.warmup_start_factor
