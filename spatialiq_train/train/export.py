@@ -59,6 +59,8 @@ def export_final(trainer: Any, processor: Any, out_dir: str | Path, adapter_dir:
     """Save the trained policy (LoRA: adapter to `adapter_dir`, then merged) and its processor under `out_dir`.
 
     Every rank must call it (saving gathers shards); only the main process writes `out_dir`."""
+    from spatialiq_train.processor import save_processor
+
     out_dir = Path(out_dir)
     accelerator = trainer.accelerator
     tmp = out_dir.with_name(out_dir.name + ".partial")
@@ -66,12 +68,12 @@ def export_final(trainer: Any, processor: Any, out_dir: str | Path, adapter_dir:
         adapter = Path(adapter_dir) if adapter_dir is not None else out_dir.with_name(out_dir.name + ".adapter")
         trainer.save_model(str(adapter))  # all ranks: ZeRO-3 gathers; peft writes the adapter weights only
         if accelerator.is_main_process:
-            processor.save_pretrained(str(adapter))
+            save_processor(processor, adapter)
             merge_adapter(adapter, tmp)
     else:
         trainer.save_model(str(tmp))  # gathers ZeRO-3 shards; safetensors by default
     if accelerator.is_main_process:
-        processor.save_pretrained(str(tmp))
+        save_processor(processor, tmp)  # the standard Qwen2_5_VLProcessor files stock AutoProcessor and vLLM load
         (tmp / "training_args.bin").unlink(missing_ok=True)
         _replace_dir(tmp, out_dir)
         log.info("final model saved to %s", out_dir)
