@@ -219,11 +219,12 @@ class VLLMEngine:
 
     ``max_model_len`` is always set (Qwen2.5-VL's config says 128k, which reserves KV cache for nothing), one
     image per prompt is allowed unless ``max_images`` says more (task10/task11 send two), and images reach
-    vLLM already at the checkpoint processor's target size (:func:`fit_images`).
+    vLLM already at the checkpoint processor's target size (:func:`fit_images`). ``dtype`` is vLLM's (``auto``: the
+    checkpoint's; vLLM's CPU backend runs a float32 checkpoint in bfloat16 unless told ``float32``).
     """
 
     def __init__(self, model_path: str | Path, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None, max_images: int = 1) -> None:
+                 max_model_len: int | None = None, max_images: int = 1, dtype: str = "auto") -> None:
         try:
             from vllm import LLM
         except ImportError as exc:
@@ -238,7 +239,7 @@ class VLLMEngine:
         self.max_model_len = max_model_len or default_max_model_len(1024)
         kwargs: dict[str, Any] = {"model": str(model_path), "tensor_parallel_size": tensor_parallel_size,
                                   "gpu_memory_utilization": gpu_memory_utilization,
-                                  "max_model_len": self.max_model_len,
+                                  "max_model_len": self.max_model_len, "dtype": dtype,
                                   "limit_mm_per_prompt": {"image": max_images}}
         if self.budget is not None:
             kwargs["mm_processor_kwargs"] = {"min_pixels": self.budget[0], "max_pixels": self.budget[1]}
@@ -283,7 +284,7 @@ def make_engine(name: EngineName, model_path: str | Path, *, tensor_parallel_siz
         log.info("engine: %s", name)
     if name == "vllm":
         return VLLMEngine(model_path, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-                          max_images=max_images)
+                          max_images=max_images, dtype=dtype)
     if name == "transformers":
         return TransformersEngine(model_path, device=device, dtype=dtype)
     raise UserError(f"--engine: unknown engine {name!r}; valid: auto, vllm, transformers")

@@ -3,8 +3,7 @@ party's build of vLLM's source, pinned and used for tests only).
 
 One engine is loaded for the module (about a minute on two cores); the CLI runs in-process with ``make_engine``
 handing it that engine after checking the arguments the CLI asked for. Its ``max_model_len`` is the view prompt's
-length plus 32, so a batch of two prompts does not fit one scheduler step: with chunked prefill on, vLLM would split
-the second, seeded prompt and crash (``CPU Generator does not use offset``).
+length plus 32 (the near-limit test fills it).
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from eval.completions import load_completions
@@ -51,7 +51,8 @@ def prompt_len(tiny: Path, bench_data: Path) -> int:
 def engine(tiny: Path, prompt_len: int) -> Any:
     from eval.engines import VLLMEngine
 
-    eng = VLLMEngine(tiny, max_model_len=prompt_len + HEADROOM)
+    # float32 as the transformers engine computes (vLLM's CPU backend would pick bfloat16), so greedy outputs compare
+    eng = VLLMEngine(tiny, max_model_len=prompt_len + HEADROOM, dtype="float32")
     eng.tiny = tiny
     yield eng
     del eng.llm
@@ -75,11 +76,11 @@ def _share(engine: Any, tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(eval.engines, "make_engine", shared_engine)
 
 
-def _sample(engine: Any, monkeypatch: pytest.MonkeyPatch, data: Path, out: Path, *extra: str) -> dict:
+def _sample(engine: Any, monkeypatch: pytest.MonkeyPatch, data: Path, out: Path, *extra: str, limit: int = 2) -> dict:
     """``spatialiq eval sample --engine vllm`` on the module's engine; completions grouped by (view, task)."""
     _share(engine, engine.tiny, monkeypatch)
     _cli(["eval", "sample", "--model", str(engine.tiny), "--data", str(data), "--out", str(out),
-          "--engine", "vllm", "--limit", "2", "--max-model-len", str(engine.max_model_len), *extra])
+          "--engine", "vllm", "--limit", str(limit), "--max-model-len", str(engine.max_model_len), *extra])
     by_prompt: dict[tuple[str, str], list[str]] = defaultdict(list)
     for (view, task, _), rec in sorted(load_completions(out).items()):
         by_prompt[(view, task)].append(rec.text)
@@ -87,6 +88,7 @@ def _sample(engine: Any, monkeypatch: pytest.MonkeyPatch, data: Path, out: Path,
 
 
 def test_the_cpu_backend_prefills_each_prompt_in_one_step(engine: Any) -> None:
+    assert engine.llm.llm_engine.vllm_config.model_config.dtype == torch.float32
     scheduler = engine.llm.llm_engine.vllm_config.scheduler_config
     assert engine.on_cpu
     assert scheduler.enable_chunked_prefill is False
@@ -95,22 +97,25 @@ def test_the_cpu_backend_prefills_each_prompt_in_one_step(engine: Any) -> None:
 
 def test_k4_at_temperature_1_then_score(engine: Any, bench_data: Path, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """All 16 views (distinct images) x k=4 in one batch: 64 seeded prompts of about 1,000 tokens. With vLLM's CPU
+    defaults (chunked prefill, 4,096 tokens a step) this batch crashes the engine (measured: ``RuntimeError: CPU
+    Generator does not use offset``); with the engine's CPU arguments every completion is written."""
     out = tmp_path / "t1.jsonl"
     by_prompt = _sample(engine, monkeypatch, bench_data, out, "--k", "4", "--temperature", "1",
-                        "--max-new-tokens", str(NEW_TOKENS))
-    assert len(by_prompt) == 2 and all(len(texts) == 4 for texts in by_prompt.values())
+                        "--max-new-tokens", str(NEW_TOKENS), limit=16)
+    assert len(by_prompt) == 16 and all(len(texts) == 4 for texts in by_prompt.values())
     # a random 700-token model sampled at temperature 1 for 16 tokens: four equal draws would mean no sampling
     assert all(len(set(texts)) > 1 for texts in by_prompt.values()), by_prompt
     _cli(["eval", "score", "--completions", str(out), "--data", str(bench_data), "--out", str(tmp_path / "s"),
           "--name", "tiny", "--min-coverage", "0"])
     metrics = json.loads((tmp_path / "s" / "metrics_tiny.json").read_text())
-    assert metrics["k"] == 4 and metrics["counts"]["scenes_covered"] == 2
+    assert metrics["k"] == 4 and metrics["counts"]["scenes_covered"] == 16
 
 
 def test_greedy_equals_the_transformers_engine(engine: Any, tiny: Path, bench_data: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM's greedy completions are the transformers engine's (float32 both): a wrong prompt, image or decoding
-    rule on either side would change them."""
+    rule on either side would change them, and so would sampling (the two engines draw from different generators)."""
     args = ["--k", "2", "--temperature", "0", "--max-new-tokens", str(NEW_TOKENS)]
     vllm = _sample(engine, monkeypatch, bench_data, tmp_path / "vllm.jsonl", *args)
     monkeypatch.undo()
