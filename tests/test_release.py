@@ -233,3 +233,21 @@ def test_release_bad_input_is_one_error_line_naming_the_option(tmp_path: Path, c
     assert res.exit_code == 2 and len(errors) == 1, res.output
     assert errors[0].startswith("error: " + expected.format(t=tmp_path)), errors
     assert not (tmp_path / "rel").exists() and (run / "final" / "config.json").is_file()
+
+
+def test_verify_names_a_processor_stock_loaders_would_not_build(tmp_path: Path) -> None:
+    from spatialiq_train.release.checkpoint import STOCK_NOT_CHECKED, check_stock_processor
+    from spatialiq_train.tiny import save_tiny
+
+    folder = save_tiny(tmp_path / "tiny")
+    notes: list[str] = []
+    assert check_stock_processor(folder, notes) == []
+    assert len(notes) == 1 and notes[0].startswith(STOCK_NOT_CHECKED) is (importlib.util.find_spec("torchvision")
+                                                                          is None)
+    config = json.loads((folder / "processor_config.json").read_text())
+    del config["video_processor"]
+    config["processor_class"] = "Qwen2_5_VLImageOnlyProcessor"  # what tiny.py used to write: vLLM refuses it
+    (folder / "processor_config.json").write_text(json.dumps(config))
+    problems = check_stock_processor(folder, [])
+    assert any("processor_config.json: video_processor is missing" in p for p in problems), problems
+    assert any("processor_class is 'Qwen2_5_VLImageOnlyProcessor', not 'Qwen2_5_VLProcessor'" in p for p in problems)
