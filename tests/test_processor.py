@@ -93,3 +93,42 @@ def test_load_processor_fails_loudly_instead_of_returning_a_tokenizer(tiny: Path
     (broken / "processor_config.json").write_text('{"image_processor": {"patch_size": 14,')
     with pytest.raises(ProcessorError, match=f"{broken}: the Qwen2.5-VL processor does not load.*not a valid JSON"):
         load_processor(broken)
+
+
+def test_every_saved_processor_is_the_standard_qwen25_vl_one(tiny: Path, tmp_path: Path) -> None:
+    """The files stock AutoProcessor and vLLM read name Qwen2_5_VLProcessor and carry a video processor, whether or
+    not torchvision (which the video processor needs in memory) is installed where they were written."""
+    import json
+
+    from spatialiq_train.processor import save_processor
+
+    for folder in (tiny, save_processor(apply_pixel_budget(load_processor(tiny), 3136, 12_544), tmp_path / "p")):
+        config = json.loads((folder / "processor_config.json").read_text())
+        assert config["processor_class"] == "Qwen2_5_VLProcessor"
+        assert config["image_processor"]["size"]["longest_edge"] in (200_704, 12_544)
+        video = config["video_processor"]
+        assert video["video_processor_type"] == "Qwen2VLVideoProcessor"
+        assert (video["patch_size"], video["merge_size"], video["temporal_patch_size"]) == (14, 2, 2)
+        assert json.loads((folder / "tokenizer_config.json").read_text())["processor_class"] == "Qwen2_5_VLProcessor"
+    tokenizer = load_processor(tiny).tokenizer
+    with pytest.raises(ProcessorError, match="without an image processor"):
+        save_processor(tokenizer, tmp_path / "tok")
+
+
+def test_without_torchvision_the_loader_says_it_is_image_only_and_keeps_the_image(
+        tiny: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import importlib.util
+
+    from PIL import Image
+
+    import spatialiq_train.processor as proc
+
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("torchvision is installed: the full processor loads (tests/engines/vllm checks it)")
+    monkeypatch.setattr(proc, "_WARNED", [])
+    with caplog.at_level("WARNING", logger="spatialiq_train.processor"):
+        processor = load_processor(tiny)
+    assert "needs torchvision" in caplog.text and "image-only processor" in caplog.text
+    text = "<|vision_start|><|image_pad|><|vision_end|>How many blocks?"
+    batch = processor(text=[text], images=[Image.new("RGB", (224, 224))], return_tensors="pt")
+    assert batch["pixel_values"].shape[0] == 256 and batch["image_grid_thw"].tolist() == [[1, 16, 16]]

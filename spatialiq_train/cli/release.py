@@ -37,14 +37,16 @@ def release(
     if verify is not None:
         if not verify.is_dir():
             raise UserError(f"--verify {verify}: no such folder; give a folder written by `spatialiq release`")
-        _report(verify, verify_release(verify))
+        notes: list[str] = []
+        _report(verify, verify_release(verify, notes), notes)
         folder = verify
     else:
         if run is None or out is None:
             raise UserError("spatialiq release needs --run RUN and --out DIR (or --verify DIR)")
         folder = do_release(run, out, metrics=metrics, data_root=data, license=license, datasets=tuple(dataset),
                             name=name, overwrite=overwrite)
-        _report(folder, verify_release(folder))
+        notes = []
+        _report(folder, verify_release(folder, notes), notes)
     if push:
         _push(folder, push, public, revision_tag(folder))
 
@@ -62,12 +64,18 @@ def _push(folder: Path, repo: str, public: bool, tag: str) -> None:
     typer.echo(f"pushed to {url} (tag {tag})")
 
 
-def _report(folder: Path, problems: list[str]) -> None:
+def _report(folder: Path, problems: list[str], notes: list[str]) -> None:
+    for note in notes:
+        typer.echo(f"NOTE {note}", err=True)
     if problems:
         for problem in problems:
             typer.echo(f"PROBLEM {problem}", err=True)
         raise UserError(f"{folder}: {len(problems)} problem(s) found in the release", exit_code=1)
-    typer.echo(f"{folder}: release verified (checksums, config, processor, model card)")
+    from spatialiq_train.release.checkpoint import STOCK_NOT_CHECKED
+
+    stock = not any(note.startswith(STOCK_NOT_CHECKED) for note in notes)
+    processor = "processor with stock AutoProcessor" if stock else "processor files (stock AutoProcessor NOT checked)"
+    typer.echo(f"{folder}: release verified (checksums, config, {processor}, model card)")
 
 
 def release_data(

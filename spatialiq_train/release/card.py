@@ -209,17 +209,21 @@ def _usage_section(repo: str, trace_kind: str | None) -> list[str]:
     system = ['    {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},'] \
         if trace_kind != "plain" else []
     return ["## How to use", "", *_prompt_lines(trace_kind),
-            "", "With transformers:", "", "```python",
+            "", "With transformers (the processor needs `torchvision`: without it `AutoProcessor` returns a bare "
+            "tokenizer and the image would be dropped, hence the check):", "", "```python",
             "from PIL import Image",
             "from transformers import AutoModelForImageTextToText, AutoProcessor",
             "",
+            "SYSTEM_PROMPT, PROMPT = ...  # the two prompts above, verbatim",
+            'image = Image.open("view.png").convert("RGB")',
             f'model = AutoModelForImageTextToText.from_pretrained("{repo}")',
             f'processor = AutoProcessor.from_pretrained("{repo}")',
             "messages = [", *system,
             '    {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": PROMPT}]},',
             "]",
             "text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)",
-            'inputs = processor(text=[text], images=[Image.open("view.png").convert("RGB")], return_tensors="pt")',
+            'inputs = processor(text=[text], images=[image], return_tensors="pt")',
+            'assert "pixel_values" in inputs, "the processor dropped the image: pip install torchvision"',
             "out = model.generate(**inputs, max_new_tokens=1024, do_sample=False)",
             "print(processor.batch_decode(out[:, inputs.input_ids.shape[1]:], skip_special_tokens=True)[0])",
             "```", "", "With vLLM:", "", "```python",

@@ -96,13 +96,69 @@ def copy_configs(src: Path, dst: Path, generation: dict[str, Any] | None) -> Non
 
 def write_processor(src: Path, dst: Path, min_pixels: int | None, max_pixels: int | None) -> Any:
     """The processor (image processor with the recipe's pixel budget, tokenizer, chat template) saved to ``dst``."""
-    from spatialiq_train.processor import load_processor
+    from spatialiq_train.processor import load_processor, save_processor
 
     processor = load_processor(src, min_pixels=min_pixels, max_pixels=max_pixels)
-    processor.save_pretrained(str(dst))
+    save_processor(processor, dst)
     # transformers 5 folds the image processor into processor_config.json; older readers (and vLLM's image
     # processor lookup) want preprocessor_config.json as well, so a release carries both.
     processor.image_processor.save_pretrained(str(dst))
     if not getattr(processor, "chat_template", None):
         raise ReleaseError(f"{src}: the processor has no chat template; a release must carry one")
     return processor
+
+
+STOCK_NOT_CHECKED = "stock AutoProcessor NOT checked"
+"""The start of the note :func:`check_stock_processor` leaves where torchvision is missing."""
+
+
+def _pixel_values_problem(processor: Any, who: str) -> str | None:
+    """None when ``processor`` turns one chat-templated image prompt into ``pixel_values``, else what went wrong."""
+    from PIL import Image
+
+    if getattr(processor, "image_processor", None) is None:
+        return f"{who} returned a {type(processor).__name__} without an image processor (the image would be dropped)"
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many blocks?"}]}]
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    batch = processor(text=[text], images=[Image.new("RGB", (224, 224), (120, 80, 40))], return_tensors="pt")
+    if "pixel_values" not in batch or batch["pixel_values"].numel() == 0:
+        return f"{who} gave no pixel_values for a 224x224 image (keys: {', '.join(batch)})"
+    return None
+
+
+def check_stock_processor(folder: Path, notes: list[str]) -> list[str]:
+    """Problems loading ``folder``'s processor with STOCK ``transformers.AutoProcessor`` (what a user runs).
+
+    Where torchvision is missing, stock transformers cannot build the processor (it returns a bare tokenizer), so
+    the check says so in ``notes`` and instead checks the files name the standard processor and that the project's
+    image-only loader yields ``pixel_values``; it never reports the stock load as verified.
+    """
+    import importlib.util
+    import json
+
+    from spatialiq_train.processor import STANDARD_CLASS
+
+    config_path = folder / "processor_config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [f"{config_path}: unreadable ({exc})"]
+    problems = [f"{config_path}: {key} is missing; save the processor with spatialiq_train.processor.save_processor"
+                for key in ("image_processor", "video_processor") if key not in config]
+    if config.get("processor_class") != STANDARD_CLASS:
+        problems.append(f"{config_path}: processor_class is {config.get('processor_class')!r}, not {STANDARD_CLASS!r}")
+    if importlib.util.find_spec("torchvision") is None:
+        from spatialiq_train.processor import load_processor
+
+        notes.append(f"{STOCK_NOT_CHECKED}: torchvision is not installed here (without it stock "
+                     "transformers returns a bare tokenizer); the processor files were checked and the project's "
+                     "image-only loader yields pixel_values. Install torchvision and rerun --verify to check the "
+                     "stock load")
+        problem = _pixel_values_problem(load_processor(folder), "the image-only loader")
+        return problems + ([f"{folder}: {problem}"] if problem else [])
+    from transformers import AutoProcessor
+
+    problem = _pixel_values_problem(AutoProcessor.from_pretrained(str(folder)), "stock AutoProcessor")
+    if problem is None:
+        notes.append("stock AutoProcessor loads the processor and yields pixel_values for an image")
+    return problems + ([f"{folder}: {problem}"] if problem else [])

@@ -17,6 +17,7 @@ from spatialiq_train.io import atomic_write_text, read_json
 from spatialiq_train.release.card import PHASES, CardInputs, DataFacts, model_card
 from spatialiq_train.release.checkpoint import (
     ReleaseError,
+    check_stock_processor,
     copy_configs,
     copy_weights,
     find_model_dir,
@@ -191,9 +192,12 @@ def revision_tag(folder: Path) -> str:
     return f"release-{digest[:12]}"
 
 
-def verify_release(folder: Path) -> list[str]:
-    """Problems with a release folder: checksums, a loadable config and processor, a card with front matter."""
+def verify_release(folder: Path, notes: list[str] | None = None) -> list[str]:
+    """Problems with a release folder: checksums, a loadable config, a processor that STOCK transformers
+    ``AutoProcessor`` loads and that yields ``pixel_values`` (see :func:`check_stock_processor`), a card with front
+    matter. What was and was not checked is appended to ``notes``."""
     folder = Path(folder)
+    notes = [] if notes is None else notes
     problems = verify_sums(folder)
     try:
         from transformers import AutoConfig
@@ -202,11 +206,9 @@ def verify_release(folder: Path) -> list[str]:
     except (OSError, ValueError) as exc:
         problems.append(f"{folder / 'config.json'}: does not load ({exc})")
     try:
-        from spatialiq_train.processor import load_processor
-
-        load_processor(folder)
-    except (OSError, ValueError, UserError) as exc:
-        problems.append(f"{folder}: processor does not load ({exc})")
+        problems += check_stock_processor(folder, notes)
+    except (OSError, ValueError, TypeError, AttributeError, UserError) as exc:
+        problems.append(f"{folder}: processor does not load ({type(exc).__name__}: {exc})")
     readme = folder / "README.md"
     if not readme.is_file():
         problems.append(f"{readme}: missing model card")

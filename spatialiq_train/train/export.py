@@ -135,6 +135,8 @@ def export_final(trainer: Any, processor: Any, out_dir: str | Path, adapter_dir:
     """Save the trained policy (LoRA: adapter to `adapter_dir`, then merged) and its processor under `out_dir`.
 
     Every rank must call it, in step (saving gathers shards); only the main process writes `out_dir`."""
+    from spatialiq_train.processor import save_processor
+
     out_dir = Path(out_dir)
     accelerator = trainer.accelerator
     tmp = out_dir.with_name(out_dir.name + ".partial")
@@ -143,7 +145,7 @@ def export_final(trainer: Any, processor: Any, out_dir: str | Path, adapter_dir:
         trainer.save_model(str(adapter))  # all ranks: ZeRO-3 gathers; peft writes the adapter weights only
 
         def merge() -> None:
-            processor.save_pretrained(str(adapter))
+            save_processor(processor, adapter)
             merge_adapter(adapter, tmp)
 
         with outside_zero3_init():  # every rank, in step
@@ -152,7 +154,7 @@ def export_final(trainer: Any, processor: Any, out_dir: str | Path, adapter_dir:
         check_exportable(trainer)
         trainer.save_model(str(tmp))  # gathers ZeRO-3 shards (consolidated 16-bit weights); safetensors
     if accelerator.is_main_process:
-        processor.save_pretrained(str(tmp))
+        save_processor(processor, tmp)  # the standard Qwen2_5_VLProcessor files stock AutoProcessor and vLLM load
         (tmp / "training_args.bin").unlink(missing_ok=True)
         _replace_dir(tmp, out_dir)
         log.info("final model saved to %s", out_dir)

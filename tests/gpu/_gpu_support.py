@@ -1,14 +1,8 @@
-"""Helpers of the GPU tests and bench/gpu_check.sh: figures for the check's table, the vLLM-sized tiny model."""
+"""Helpers of the GPU tests and bench/gpu_check.sh: figures for the check's table, the tiny model in bfloat16."""
 
 from __future__ import annotations
 
 import pytest
-
-VLLM_TINY_TEXT = {"num_attention_heads": 2, "num_key_value_heads": 1,
-                  "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 6, 6]}}
-"""The tiny model with 32-wide attention heads (hidden 64 / 2 heads): vLLM's FlashAttention backend takes head
-sizes 32..256 and half precision, the CPU tiny model has 16-wide heads and float32 weights."""
-VLLM_TINY_VISION = {"num_heads": 1}
 
 
 def record_figure(stage: str, name: str, value: object) -> None:
@@ -23,15 +17,17 @@ def record_figure(stage: str, name: str, value: object) -> None:
 
 
 def save_vllm_tiny(out_dir, seed: int = 0):  # noqa: ANN001, ANN201
-    """The offline tiny Qwen2.5-VL with vLLM-sized heads, saved in bfloat16 with its processor."""
+    """The offline tiny Qwen2.5-VL (its heads are 32 wide, which vLLM's FlashAttention takes), saved in bfloat16
+    with the standard processor files."""
     import torch
 
+    from spatialiq_train.processor import save_processor
     from spatialiq_train.tiny import build_model, build_processor, build_tokenizer
 
     tok = build_tokenizer()
-    model = build_model(tok, seed=seed, dtype=torch.bfloat16, text=VLLM_TINY_TEXT, vision=VLLM_TINY_VISION)
+    model = build_model(tok, seed=seed, dtype=torch.bfloat16)
     model.save_pretrained(str(out_dir), safe_serialization=True)
-    build_processor(tok).save_pretrained(str(out_dir))
+    save_processor(build_processor(tok), out_dir)
     return out_dir
 
 

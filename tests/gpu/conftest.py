@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def vllm_tiny(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """The tiny model with vLLM-sized heads, bfloat16 (tests/gpu/_gpu_support.py)."""
+    """The tiny model in bfloat16 (tests/gpu/_gpu_support.py)."""
     from _gpu_support import save_vllm_tiny
 
     return save_vllm_tiny(tmp_path_factory.mktemp("vllm-tiny") / "model")

@@ -1,4 +1,4 @@
-"""GRPO/DAPO with colocated vLLM generation for two steps on the tiny model (vLLM-sized heads), through the
+"""GRPO/DAPO with colocated vLLM generation for two steps on the tiny model (bfloat16), through the
 project's own trainer (dynamic sampling on): vLLM really generates, the loss is finite, the weights move."""
 
 from __future__ import annotations

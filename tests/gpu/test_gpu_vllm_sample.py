@@ -1,5 +1,6 @@
-"""`spatialiq eval sample --engine vllm` on the tiny model (vLLM-sized heads): greedy k=10 gives ten identical
-completions per prompt, temperature 1 gives ten sampled ones. Each run is its own process, as on a GPU node."""
+"""`spatialiq eval sample --engine vllm` on the tiny model (bfloat16): greedy k=10 gives the same completion for
+two views with the same image and prompt but different seeds, temperature 1 gives ten sampled ones. Each run is its
+own process, as on a GPU node."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def test_vllm_greedy_k10_gives_ten_identical_completions(vllm_tiny: Path, bench_
     by_prompt, wall = _sample(vllm_tiny, bench_data, tmp_path / "greedy.jsonl", "--temperature", "0")
     assert len(by_prompt) == LIMIT
     assert all(len(texts) == 10 and len(set(texts)) == 1 for texts in by_prompt.values()), by_prompt
+    # every view here has the same image and prompt but its own request seed: greedy decoding ignores the seed, so
+    # the views' completions agree; had the engine sampled (temperature 1), the seeds would make them differ
+    assert len({texts[0] for texts in by_prompt.values()}) == 1, by_prompt
     record_figure("vllm-sample", "greedy k=10 wall s (incl. engine start)", round(wall, 1))
 
 
