@@ -1,0 +1,85 @@
+"""A checkpoint laid out by v0.7.0's own ``CheckpointManager`` (the one ``grpo.setup`` built from our config)
+converts with ``spatialiq nemo convert`` into a folder ``spatialiq eval sample`` loads; a torch DCP checkpoint
+converts through NeMo-RL's own converter. What only a GPU worker writes (the policy's weight shards) is written
+here the way the DTensor-v2 worker writes them under ``save_consolidated`` (a Hugging Face copy)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _nemo_support import Placement, run_driver, tiny_model, write_all_traces, write_config
+from PIL import Image
+from typer.testing import CliRunner
+
+from spatialiq_train.cli import app
+
+
+def _invoke(*args: str) -> Any:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture
+def checkpointer(tmp_path: Path, placement: Placement, ray_driver: str) -> tuple[Any, Any]:
+    data_root = write_all_traces(tmp_path / "data")
+    cfg, _ = write_config("dapo_tight_7b", "rl", data_root, tmp_path)
+    run_driver("rl", cfg)
+    return placement.state["checkpointer"], placement.state["master_config"]
+
+
+def _benchmark(root: Path) -> Path:
+    _invoke("gen", "--out", str(root), "--structures", "1", "--seed", "0", "--split", "benchmark", "--renderer",
+            "none", "--quiet")
+    for gt in (root / "benchmark").rglob("gt.json"):
+        Image.new("RGB", (512, 512), (120, 80, 40)).save(gt.parent / "view.png")
+    return root
+
+
+def test_a_checkpoint_manager_step_converts_and_samples(checkpointer: tuple[Any, Any], tmp_path: Path) -> None:
+    manager, master = checkpointer
+    tmp = Path(manager.init_tmp_checkpoint(3, {"step": 3, "val:accuracy": 0.25}, master))
+    consolidated = tmp / "policy" / "weights" / "model" / "consolidated"
+    shutil.copytree(tiny_model(), consolidated, ignore=shutil.ignore_patterns("*token*", "*processor*", "chat_*"))
+    shutil.copytree(tiny_model(), tmp / "policy" / "tokenizer", ignore=shutil.ignore_patterns("*.safetensors*"))
+    manager.finalize_checkpoint(tmp)
+    ckpt_dir = Path(master.checkpointing["checkpoint_dir"])
+    assert [p.name for p in ckpt_dir.iterdir()] == ["step_3"]
+    assert json.loads((ckpt_dir / "step_3" / "training_info.json").read_text())["step"] == 3
+
+    out = tmp_path / "hf"
+    _invoke("nemo", "convert", "--checkpoint", str(ckpt_dir), "--out", str(out))
+    assert (out / "training_recipe.yaml").is_file() and (out / "preprocessor_config.json").is_file()
+    data = _benchmark(tmp_path / "bench")
+    completions = tmp_path / "c.jsonl"
+    _invoke("eval", "sample", "--model", str(out), "--data", str(data), "--out", str(completions), "--k", "1",
+            "--limit", "2", "--engine", "transformers", "--max-new-tokens", "4")
+    rows = [json.loads(line) for line in completions.read_text().splitlines()]
+    assert len(rows) == 2 and all(r["task"] == "task_main" and isinstance(r["text"], str) for r in rows)
+
+
+def test_a_dcp_checkpoint_converts_through_nemo_rls_converter(tmp_path: Path) -> None:
+    """``checkpointing.model_save_format: torch_save``: weights as torch DCP, converted by v0.7.0's converter."""
+    import torch.distributed.checkpoint as dcp
+    import yaml
+    from safetensors.torch import load_file
+
+    from spatialiq_train.nemo.convert import convert
+
+    step = tmp_path / "ckpt" / "step_2"
+    weights = step / "policy" / "weights" / "model"
+    state = load_file(str(tiny_model() / "model.safetensors"))
+    dcp.save(state, checkpoint_id=str(weights))
+    shutil.copytree(tiny_model(), step / "policy" / "tokenizer", ignore=shutil.ignore_patterns("*.safetensors*"))
+    (step / "config.yaml").write_text(yaml.safe_dump({
+        "policy": {"model_name": str(tiny_model()), "tokenizer": {"name": str(tiny_model())}},
+        "spatialiq": {"recipe": "tiny_cpu", "phase": "rl"}}), encoding="utf-8")
+    out = convert(step, tmp_path / "hf", "tiny_cpu")
+    converted = {}
+    for shard in out.glob("*.safetensors"):
+        converted.update(load_file(str(shard)))
+    assert set(converted) == set(state) and all((converted[k] == state[k]).all() for k in state)
