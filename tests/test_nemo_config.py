@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,14 +22,6 @@ from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.recipes import SHIPPED_RECIPES, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-def _have_nemo_rl() -> bool:
-    """The PyPI `nemo-rl` is an importable placeholder: probe a module only the real package has."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("nemo_rl.environments.interfaces") is not None
-    except ModuleNotFoundError:
-        return False
 
 
 NEMO_RL_GIT = Path(os.environ.get("NEMO_RL_GIT_DIR", "nemo-rl-git-dir-not-set"))
@@ -128,6 +122,16 @@ def _tiny_checkout(tmp_path: Path) -> Path:
                 scheduler: NotRequired[list[Sched] | None]
             """,
         "examples/configs/grpo_x.yaml": "defaults: base.yaml\ngrpo:\n  yaml_only_key: 1\n",
+        # the code that reads the keys (a key no code reads is 'unread': here policy.model_name)
+        "nemo_rl/algorithms/reader.py": """
+            def read(master, cfg):
+                cfg["gpu_memory_utilization"], cfg.get("size"), cfg["grpo"]["batch_multiplier"]
+                if "yaml_only_key" in cfg and cfg["enabled"]:
+                    return getattr(master, "extra"), master.policy, cfg["name"], cfg["backend"], cfg["val_period"]
+                return cfg.pop("num_prompts_per_step"), cfg["sft"], cfg["dtensor_cfg"], cfg["generation"]
+            def more(cfg):
+                return cfg["vllm_cfg"], cfg["scheduler"], cfg["env"], cfg["kwargs"]
+            """,
     }
     for rel, text in files.items():
         p = tmp_path / rel
@@ -146,6 +150,8 @@ def test_tool_extracts_types_and_yaml(tmp_path):
     assert {"policy.generation.vllm_cfg.gpu_memory_utilization", "policy.dtensor_cfg.size",
             "policy.scheduler[].name", "grpo.batch_multiplier", "grpo.yaml_only_key", "extra"} <= keys
     assert "defaults" not in keys
+    assert grpo["unread"] == {"policy.model_name": "no code in nemo_rl/ reads this name"}
+    assert "policy.model_name" not in keys
     assert set(grpo["open"]) == {"env", "policy.scheduler[].kwargs"}
     req = set(grpo["required"])
     assert {"policy", "grpo", "policy.dtensor_cfg.enabled", "grpo.num_prompts_per_step"} <= req
@@ -364,20 +370,6 @@ def test_cli_writes_checked_yaml_atomically(tmp_path):
     assert res.exit_code == 2 and "--nodes 8" in res.output and not (tmp_path / "b.yaml").exists()
 
 
-@pytest.mark.nemo_rl
-@pytest.mark.skipif(not _have_nemo_rl(), reason="needs NeMo-RL v0.7.0 (run inside nvcr.io/nvidia/nemo-rl:v0.7.0)")
-@pytest.mark.parametrize(("name", "phase"), [("dapo_tight_32b", "rl"), ("sft_cot_32b", "sft")])
-def test_generated_config_builds_nemo_rls_master_config(name, phase):
-    if phase == "rl":
-        from nemo_rl.algorithms.grpo import MasterConfig
-    else:
-        from nemo_rl.algorithms.sft import MasterConfig
-    cfg = build(name, phase, 8 if phase == "rl" else 4, 4).config
-    master = MasterConfig(**cfg)
-    assert master.cluster["num_nodes"] == cfg["cluster"]["num_nodes"]
-    assert set(master.model_extra or {}) == {"spatialiq"}  # every other top-level key is a MasterConfig field
-
-
 def test_cli_refuses_a_directory_as_out_and_leaves_nothing_behind(tmp_path):
     from typer.testing import CliRunner
 
@@ -397,3 +389,32 @@ def test_unknown_reward_names_are_refused_before_a_config_is_built():
         build("tiny_cpu", "rl", 1, 4, overrides=["reward.weights={nope: 1}"])
     with pytest.raises(UserError, match=r"reward\.weights\.no_such_mod:f: .*cannot import module 'no_such_mod'"):
         build("tiny_cpu", "rl", 1, 4, overrides=["reward.weights={'no_such_mod:f': 1}"])
+
+
+def test_keys_v0_7_0_declares_but_never_reads_are_refused():
+    built = build("dapo_tight_7b", "rl", 1, 4)
+    for path, where in [("policy.generation_batch_size", ("policy",)), ("logger.tensorboard.log_dir", ("logger",
+                                                                                                      "tensorboard")),
+                        ("data.add_bos", ("data",))]:
+        cfg = json.loads(json.dumps(built.config))
+        node = cfg
+        for part in where:
+            node = node[part]
+        node[path.rsplit(".", 1)[1]] = 32 if "size" in path else "x"
+        with pytest.raises(nkeys.NemoConfigError, match=rf"key '{re.escape(path)}' has no effect: NeMo-RL v0.7.0 "
+                                                          "declares it but never reads it"):
+            nkeys.check_config(cfg, "grpo")
+
+
+def test_the_unread_keys_are_what_the_v0_7_0_code_reads(shared_dir, tmp_path):
+    """The shipped list of unread keys, recomputed from the vendored v0.7.0 code by the tool."""
+    tree = shared_dir / "vendor" / "nemo-rl-v0.7.0"
+    if not tree.is_dir():
+        pytest.skip("../shared/vendor/nemo-rl-v0.7.0 is absent")
+    out = tmp_path / "keys.json"
+    shutil.copy2(nkeys.KEYS_FILE, out)
+    subprocess.run([sys.executable, str(ROOT / "tools" / "nemo_rl_keys.py"), str(tree), "--refresh-unread",
+                    "--out", str(out)], check=True, capture_output=True)
+    assert json.loads(out.read_text()) == json.loads(nkeys.KEYS_FILE.read_text())
+    unread = json.loads(out.read_text())["algorithms"]["grpo"]["unread"]
+    assert {"policy.generation_batch_size", "data.add_bos", "logger.tensorboard.log_dir"} <= set(unread)

@@ -95,21 +95,6 @@ def test_refusals_name_the_problem(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.nemo_rl
-@pytest.mark.skipif(not nemo_available(), reason="needs NeMo-RL (the nvcr.io/nvidia/nemo-rl:v0.7.0 container)")
-def test_dcp_checkpoint_converts_through_nemo_rl(tmp_path: Path) -> None:
-    import torch.distributed.checkpoint as dcp
-    from safetensors.torch import load_file
-
-    step = _step(tmp_path / "ckpt", consolidated=False)
-    weights = step / "policy" / "weights"
-    shutil.rmtree(weights / "model")
-    state = load_file(str(Path(tiny_model_dir()) / "model.safetensors"))
-    dcp.save(state, checkpoint_id=str(weights / "model"))
-    out = convert(step, tmp_path / "hf", "tiny_cpu")
-    assert (out / "model.safetensors.index.json").is_file() and (out / "preprocessor_config.json").is_file()
-
-
 def test_a_converted_checkpoint_releases(tmp_path: Path) -> None:
     """`spatialiq release --run` takes a converted NeMo-RL checkpoint as it takes a TRL run folder."""
     from typer.testing import CliRunner

@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from spatialiq_train.nemo.contract import (checkpoint_metric, data_entries, env_entries, phase_values, plan_data,
-                                           validates)
+from spatialiq_train.nemo.contract import (
+    checkpoint_metric,
+    data_entries,
+    env_entries,
+    phase_values,
+    plan_data,
+    validates,
+)
 from spatialiq_train.nemo.recipe_values import RELEASED_GRPO, RELEASED_SFT, NemoValues, PhaseValues
 from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase
 
@@ -238,8 +244,9 @@ def _loss(v: NemoValues) -> dict[str, Any]:
         "kl_output_clamp_value": RELEASED_GRPO["kl_output_clamp_value"],
         "ratio_clip_min": v.clip_low, "ratio_clip_max": v.clip_high, "ratio_clip_c": None,
         "token_level_loss": v.token_level_loss,
-        "use_on_policy_kl_approximation": False, "use_importance_sampling_correction": False,
-        "truncated_importance_sampling_ratio": None, "force_on_policy_ratio": False,
+        "use_on_policy_kl_approximation": False,
+        "use_importance_sampling_correction": v.truncated_is_ratio is not None,
+        "truncated_importance_sampling_ratio": v.truncated_is_ratio, "force_on_policy_ratio": False,
     }
 
 
@@ -284,9 +291,9 @@ def grpo_config(v: NemoValues, settings: DriverSettings, nodes: int, gpus_per_no
         "checkpointing": _checkpointing(v, run_dir, plan, "rl"), "cluster": _cluster(nodes, gpus_per_node),
     }
     notes = [f"rl: {note}"] if note else []
-    if (v.rl_split, plan.val_split) in (("rl", "val"), ("warmup", "val"), ("train", "rl"), ("train", "warmup")):
-        notes.append(f"rl: validation split {v.eval_split!r} and RL split {v.rl_split!r} come from independent "
-                     "partitions (train/val vs warmup/rl), so they share structures: val:accuracy is not held out")
+    notes.append("rl: NeMo-RL v0.7.0 groups samples by their prompt's token ids (calculate_baseline_and_std_per_"
+                 "prompt): views whose prompts tokenise alike (the same question, the same image size) share one "
+                 "leave-one-out baseline and one dynamic-sampling spread; see docs/cluster.md, Known limits")
     if v.rl_init is None:
         notes.append("rl.init_from is not set: RL starts from (and KL-anchors to) the base model, not an SFT-CoT "
                      "checkpoint; pass --set rl.init_from=HF_DIR (spatialiq nemo convert output)")

@@ -9,7 +9,9 @@ custom reward needs its own driver. This one follows the stock flow and differs 
    overrides;
 2. check the config's project pieces against that recipe (:mod:`spatialiq_train.nemo.contract`: data entries,
    ``env.spatialiq`` / ``env.spatialiq_exact_match``, checkpoint metric, ``skip_tokenizer_init``); a difference
-   is an error naming the keys, never rewritten; then build ``MasterConfig`` from the config as it is;
+   is an error naming the keys, never rewritten; check that the validation split shares no structure with the
+   phase's training split (:func:`spatialiq_train.splits.check_held_out`); then build ``MasterConfig`` from the
+   config as it is;
 3. ``get_next_experiment_dir``, ``init_ray``, ``get_tokenizer(..., get_processor=True)``; the recipe's pixel
    budget is set on that processor, and images are resized to it in our data processor (vLLM gets them resized);
 4. register our environments in both registries NeMo-RL consults: ``register_env`` (``ENV_REGISTRY``, name ->
@@ -55,6 +57,7 @@ from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.runtime import NemoApi, load_api
 from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase, load_recipe_checked, read_settings
+from spatialiq_train.splits import check_held_out
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +240,7 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = (), ap
     config = load_resolved(api, config_path, overrides)
     plan = plan_for(read_settings(config, source), phase, source)
     check_contract(config, plan, phase, str(source))
+    check_held_out(plan.traces_dir, plan.val_split, [plan.train_split])
     check_resume(config)
     master = _master(api, phase, config, source)
     master.logger["log_dir"] = api.get_next_experiment_dir(master.logger["log_dir"])

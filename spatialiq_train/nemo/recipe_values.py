@@ -106,6 +106,8 @@ class NemoValues:
     overlong_penalty: float
     overlong_max_len: int
     """Where the overlong window ends (`rl.overlong.max_response_length`, else the completion budget)."""
+    truncated_is_ratio: float | None
+    """`loss_fn.truncated_importance_sampling_ratio` with the correction on; None = no correction (as released)."""
     # generation
     max_new_tokens: int
     temperature: float
@@ -165,6 +167,22 @@ def _phase(section: Any) -> PhaseValues:
     )
 
 
+def importance_sampling(section: Any) -> float | None:
+    """The recipe's vLLM importance-sampling correction as NeMo-RL v0.7.0 expresses it: None (off, as released), or
+    the cap of its token-level truncated correction. Only TRL's `token_truncate` without a lower bound has that
+    meaning; the other modes are refused, naming the key."""
+    if not section.importance_sampling_correction:
+        return None
+    mode, low, high = (section.importance_sampling_mode, section.importance_sampling_clip_min,
+                       section.importance_sampling_clip_max)
+    if mode != "token_truncate" or low is not None or high is None:
+        raise ValueError(f"vllm.importance_sampling_mode {mode!r} (clip_min {low}, clip_max {high}) has no NeMo-RL "
+                         "v0.7.0 equivalent: it truncates token-level ratios at one cap (token_truncate with "
+                         "importance_sampling_clip_max, no clip_min), or set vllm.importance_sampling_correction "
+                         "false (as released)")
+    return float(high)
+
+
 def _rl_values(recipe: Recipe) -> dict[str, Any]:
     r = recipe.rl
     return dict(
@@ -176,6 +194,7 @@ def _rl_values(recipe: Recipe) -> dict[str, Any]:
         overlong_shaping=r.overlong.enabled, overlong_buffer=r.overlong.buffer_length,
         overlong_penalty=r.overlong.penalty,
         overlong_max_len=r.overlong.max_response_length or recipe.generation.max_completion_length,
+        truncated_is_ratio=importance_sampling(recipe.vllm),
     )
 
 

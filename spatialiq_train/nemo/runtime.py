@@ -1,7 +1,7 @@
-"""The NeMo-RL v0.7.0 pieces the driver calls, gathered in one object so tests can pass stand-ins.
+"""The NeMo-RL v0.7.0 pieces the driver calls, imported in one place.
 
-:func:`load_api` imports them from NeMo-RL (only inside the container ``nvcr.io/nvidia/nemo-rl:v0.7.0``);
-:mod:`spatialiq_train.nemo.standins` builds the same object from in-test stand-ins with the same signatures.
+:func:`load_api` imports them from NeMo-RL (inside the container ``nvcr.io/nvidia/nemo-rl:v0.7.0``, or with the
+v0.7.0 source on ``PYTHONPATH`` as the engine-contract stage runs it) and says where to run when it cannot.
 """
 
 from __future__ import annotations

@@ -1,0 +1,171 @@
+"""Our NeMo-RL driver against the real v0.7.0 code: registration in both registries, resuming, config errors and
+refusals (all before any GPU work), the dynamic-sampling exit, and a run without validation up to GPU placement."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from _nemo_support import Placement, PlacementReached, tiny_model
+from _train_support import write_traces
+
+from spatialiq_train.errors import UserError
+from spatialiq_train.nemo import driver
+from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV
+from spatialiq_train.nemo.export import write_nemo_config
+
+
+def _config(tmp_path: Path, phase: str = "rl", overrides: Sequence[str] = (),
+            edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    """A config written by the generator (`spatialiq recipes nemo-rl tiny_cpu`) over three-row traces, optionally
+    edited by hand afterwards (what the driver must refuse)."""
+    rng = np.random.default_rng(0)
+    for split in ("rl", "val", "warmup"):
+        write_traces(tmp_path, split, 3, rng, answer=lambda i: i % 5)
+    sets = [f"data.traces_dir={tmp_path / 'traces'}", f"data.data_root={tmp_path}", "data.eval_split=val",
+            "rl.validation.every_steps=5", "sft.validation.every_steps=2", f"model.name_or_path={tiny_model()}",
+            "model.tiny=false", f"run.output_dir={tmp_path}", *overrides]
+    path = tmp_path / f"nemo_{phase}.yaml"
+    write_nemo_config("tiny_cpu", path, phase=phase, nodes=1, gpus_per_node=1, overrides=sets)  # type: ignore[arg-type]
+    if edit is not None:
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        edit(cfg)
+        path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+def test_registration_is_idempotent_and_refuses_a_taken_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nemo_rl.distributed.ray_actor_environment_registry import get_actor_python_env
+    from nemo_rl.environments.utils import ENV_REGISTRY
+
+    api = driver.load_api()
+    driver.register_environments(api)
+    driver.register_environments(api)
+    for name, fqn in ACTOR_CLASSES.items():
+        assert ENV_REGISTRY[name]["actor_class_fqn"] == fqn
+        assert get_actor_python_env(fqn) == api.system_executable
+    monkeypatch.setitem(ENV_REGISTRY, TRAIN_ENV, {"actor_class_fqn": "other.Env"})
+    with pytest.raises(UserError, match="already registered to 'other.Env'"):
+        driver.register_environments(api)
+
+
+def test_the_dynamic_sampling_cap_is_exit_3() -> None:
+    """NeMo-RL's own ``dynamic_sampling`` past its cap raises; the driver turns exactly that into exit 3."""
+    import torch
+    from nemo_rl.algorithms.grpo import MasterConfig, dynamic_sampling
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+    from nemo_rl.utils.timer import Timer
+
+    master = MasterConfig.model_construct(grpo={"use_dynamic_sampling": True, "num_prompts_per_step": 2,
+                                                "num_generations_per_prompt": 2, "dynamic_sampling_max_gen_batches": 2,
+                                                "batch_multiplier": 1}, policy={"train_global_batch_size": 4})
+    batch = BatchedDataDict({"total_reward": torch.ones(4), "idx": [0, 0, 1, 1]})
+    with pytest.raises(driver.DynamicSamplingCapError, match=r"max_gen_batches \(2\)") as info:
+        with driver.dynamic_sampling_exit(2):
+            dynamic_sampling(batch, torch.zeros(4), torch.ones(4), 3, master, Timer())
+    assert info.value.exit_code == 3
+    with pytest.raises(ValueError, match="something else"), driver.dynamic_sampling_exit(2):
+        raise ValueError("something else")
+
+
+def test_resume_logs_the_newest_step_and_refuses_another_recipe(tmp_path: Path, caplog: Any,
+                                                                placement: Placement, ray_driver: str) -> None:
+    ckpt = tmp_path / "nemo_rl" / "rl" / "checkpoints"  # run.output_dir/nemo_rl/rl, as generated
+    for name in ("step_2", "step_10", "tmp_step_11", "old_step_12", "step_x"):
+        (ckpt / name).mkdir(parents=True)
+    assert driver.latest_step(ckpt) == ckpt / "step_10"
+    assert driver.latest_step(tmp_path / "missing") is None
+    (ckpt / "step_10" / "config.yaml").write_text(yaml.safe_dump({"spatialiq": {"recipe": "tiny_cpu", "phase": "rl"}}))
+    with caplog.at_level("INFO", logger="spatialiq_train.nemo.driver"), pytest.raises(PlacementReached):
+        driver.run("rl", _config(tmp_path))
+    assert f"resuming from {ckpt / 'step_10'}" in caplog.text
+    (ckpt / "step_10" / "config.yaml").write_text(yaml.safe_dump({"spatialiq": {"recipe": "dapo_tight_7b",
+                                                                                "phase": "rl"}}))
+    with pytest.raises(UserError, match="made by phase 'rl' of recipe 'dapo_tight_7b'"):
+        driver.run("rl", _config(tmp_path))
+
+
+
+def test_resume_names_a_damaged_checkpoint_config(tmp_path: Path) -> None:
+    step = tmp_path / "nemo_rl" / "rl" / "checkpoints" / "step_4"
+    step.mkdir(parents=True)
+    (step / "config.yaml").write_text("spatialiq: {recipe: tiny_cpu\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"step_4/config.yaml: not valid YAML .*use an earlier step_N"):
+        driver.run("rl", _config(tmp_path))
+
+
+def test_a_missing_directory_or_malformed_config_is_named(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="--config .*nope.yaml: no such file"):
+        driver.run("rl", tmp_path / "nope.yaml")
+    with pytest.raises(UserError, match=f"--config {tmp_path}: a directory"):
+        driver.run("sft", tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grpo: {max_num_steps: 3\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"bad.yaml: not valid YAML \(while parsing a flow mapping"):
+        driver.run("rl", bad)
+
+def _section(**changes: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(cfg: dict[str, Any]) -> None:
+        for key, value in changes.items():
+            if value is _DROP:
+                del cfg["spatialiq"][key]
+            else:
+                cfg["spatialiq"][key] = value
+    return edit
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(("edit", "overrides", "message"), [
+    (_section(recipe=_DROP), [], r"spatialiq\.recipe: Field required"),
+    (_section(trace_dir="x"), [], r"spatialiq\.trace_dir: Extra inputs are not permitted"),
+    (_section(phase="sft"), [], "this config is for `spatialiq nemo sft`"),
+    (None, ["grpo.no_such_key=1"], "overrides grpo.no_such_key=1 rejected"),
+    (_section(recipe="no_such_recipe"), [], "recipe file no_such_recipe does not exist"),
+    (None, ["checkpointing.checkpoint_dir=null"], "checkpoint_dir is not set"),
+])
+def test_config_errors_name_the_key(tmp_path: Path, edit: Any, overrides: list[str], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        driver.run("rl", _config(tmp_path, edit=edit), overrides)
+
+
+def test_validation_asked_for_without_a_split_is_refused(tmp_path: Path, placement: Placement,
+                                                         ray_driver: str) -> None:
+    path = _config(tmp_path, overrides=["data.eval_split=null", "rl.validation.every_steps=null",
+                                        "sft.validation.every_steps=null"])
+    with pytest.raises(PlacementReached):
+        driver.run("rl", path)  # as generated: no validation set, val_period 0
+    assert placement.state["val_dataloader"] is None and placement.state["master_config"].grpo["val_period"] == 0
+    with pytest.raises(UserError, match="ask for validation but the recipe gives no validation split"):
+        driver.run("rl", path, ["grpo.val_period=5"])
+
+
+@pytest.mark.parametrize(("edit", "overrides", "message"), [
+    (lambda c: c["env"].update(spatialiq={"reward": {"format": 1.0}}), [],
+     r"env is .* the recipe gives \{'spatialiq': \{'reward': \{'format': 0\.1, 'integer_distance': 0\.9\}\}"),
+    (None, ["data.train.data_path=/elsewhere/rl.jsonl"], r"data\.train is \{.*'/elsewhere/rl\.jsonl'"),
+    (None, ["data.default.max_pixels=802816"], r"data\.default is .* the recipe gives .*'max_pixels': 12544"),
+    (lambda c: c["spatialiq"].update(recipe_overrides=[*c["spatialiq"]["recipe_overrides"], "data.rl_split=warmup"]),
+     [], r"data\.train is .*'split': 'rl'.* the recipe gives .*'split': 'warmup'"),
+    (None, ["policy.generation.vllm_cfg.skip_tokenizer_init=true"],
+     r"policy\.generation\.vllm_cfg\.skip_tokenizer_init is True, the recipe gives False"),
+    (None, ["checkpointing.metric_name=val:loss"], r"checkpointing\.metric_name is 'val:loss'"),
+    (None, ["checkpointing.save_consolidated=false"], r"checkpointing\.save_consolidated is False"),
+    (lambda c: c.pop("env"), [], r"env is absent"),
+])
+def test_project_pieces_differing_from_the_recipe_are_refused_not_rewritten(
+        tmp_path: Path, edit: Any, overrides: list[str], message: str, placement: Placement) -> None:
+    with pytest.raises(UserError, match=message) as info:
+        driver.run("rl", _config(tmp_path, edit=edit), overrides)
+    assert "regenerate the config with `spatialiq recipes nemo-rl`" in str(info.value)
+    assert placement.calls == 0
+
+
+def test_no_spatialiq_section_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no 'spatialiq' section"):
+        driver.run("rl", _config(tmp_path, edit=lambda c: c.pop("spatialiq")))
