@@ -199,9 +199,6 @@ def _run_rl(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> None:
     master.policy["generation"] = api.configure_generation_config(master.policy["generation"], processor.tokenizer)
     register_environments(api)
     train, val = _datasets(api, plan, "rl", processor, master)
-    if val is None and any(master.grpo.get(k) for k in ("val_period", "val_at_start", "val_at_end")):
-        raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but the recipe gives no "
-                        "validation split (data.eval_split or rl.validation.every_steps is null)")
     log_dir = Path(master.logger["log_dir"])
     for name in (TRAIN_ENV, VAL_ENV):
         if name in master.env:
@@ -243,6 +240,10 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = (), ap
     check_held_out(plan.traces_dir, plan.val_split, [plan.train_split])
     check_resume(config)
     master = _master(api, phase, config, source)
+    if phase == "rl" and plan.val_split is None and any(master.grpo.get(k) for k in ("val_period", "val_at_start",
+                                                                                     "val_at_end")):
+        raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but the recipe gives no "
+                        "validation split (data.eval_split or rl.validation.every_steps is null)")
     master.logger["log_dir"] = api.get_next_experiment_dir(master.logger["log_dir"])
     api.init_ray()
     processor = api.get_tokenizer(master.policy["tokenizer"], get_processor=True)

@@ -96,6 +96,7 @@ def ray_driver(ray_head: str) -> Any:
     """A test that runs NeMo-RL code which calls ``init_ray``; the connection is closed afterwards."""
     import ray
 
+    ray.shutdown()
     yield ray_head
     ray.shutdown()
 

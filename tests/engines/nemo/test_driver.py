@@ -63,31 +63,52 @@ def test_the_dynamic_sampling_cap_is_exit_3() -> None:
     master = MasterConfig.model_construct(grpo={"use_dynamic_sampling": True, "num_prompts_per_step": 2,
                                                 "num_generations_per_prompt": 2, "dynamic_sampling_max_gen_batches": 2,
                                                 "batch_multiplier": 1}, policy={"train_global_batch_size": 4})
-    batch = BatchedDataDict({"total_reward": torch.ones(4), "idx": [0, 0, 1, 1]})
+    batch = BatchedDataDict({"idx": [0, 0, 1, 1], "total_reward": torch.tensor([1.0, 0.0, 1.0, 1.0])})
+    std = torch.tensor([0.7, 0.7, 0.0, 0.0])  # one of the two groups varies: half a batch after the 3rd generation
     with pytest.raises(driver.DynamicSamplingCapError, match=r"max_gen_batches \(2\)") as info:
         with driver.dynamic_sampling_exit(2):
-            dynamic_sampling(batch, torch.zeros(4), torch.ones(4), 3, master, Timer())
+            dynamic_sampling(batch, std, torch.ones(4), 3, master, Timer())
     assert info.value.exit_code == 3
     with pytest.raises(ValueError, match="something else"), driver.dynamic_sampling_exit(2):
         raise ValueError("something else")
 
 
-def test_resume_logs_the_newest_step_and_refuses_another_recipe(tmp_path: Path, caplog: Any,
-                                                                placement: Placement, ray_driver: str) -> None:
-    ckpt = tmp_path / "nemo_rl" / "rl" / "checkpoints"  # run.output_dir/nemo_rl/rl, as generated
-    for name in ("step_2", "step_10", "tmp_step_11", "old_step_12", "step_x"):
-        (ckpt / name).mkdir(parents=True)
+def test_resume_from_a_checkpoint_the_training_loop_would_write(tmp_path: Path, caplog: Any, placement: Placement,
+                                                               ray_driver: str) -> None:
+    """A fresh run to GPU placement; then step_10 saved the way ``grpo_train`` saves it (``CheckpointManager``,
+    the training info, the data loader's state); the rerun resumes from it through the real set-up, and a
+    checkpoint of another recipe is refused before any of that."""
+    import torch
+
+    import ray
+
+    config = _config(tmp_path)
+    with pytest.raises(PlacementReached):
+        driver.run("rl", config)
+    ray.shutdown()  # each driver start attaches anew, as a resubmitted job does
+    manager, master, loader = (placement.state[k] for k in ("checkpointer", "master_config", "dataloader"))
+    info = {"consumed_samples": 80, "current_step": 10, "current_epoch": 0, "total_steps": 10,
+            "total_valid_tokens": 1234, "val_reward": 0.25}
+    step = Path(manager.init_tmp_checkpoint(10, info, master))
+    torch.save(loader.state_dict(), step / "train_dataloader.pt")
+    manager.finalize_checkpoint(step)
+    ckpt = Path(master.checkpointing["checkpoint_dir"])
+    for name in ("step_2", "tmp_step_11", "old_step_12", "step_x"):
+        (ckpt / name).mkdir()
     assert driver.latest_step(ckpt) == ckpt / "step_10"
     assert driver.latest_step(tmp_path / "missing") is None
-    (ckpt / "step_10" / "config.yaml").write_text(yaml.safe_dump({"spatialiq": {"recipe": "tiny_cpu", "phase": "rl"}}))
     with caplog.at_level("INFO", logger="spatialiq_train.nemo.driver"), pytest.raises(PlacementReached):
-        driver.run("rl", _config(tmp_path))
+        driver.run("rl", config)
     assert f"resuming from {ckpt / 'step_10'}" in caplog.text
-    (ckpt / "step_10" / "config.yaml").write_text(yaml.safe_dump({"spatialiq": {"recipe": "dapo_tight_7b",
-                                                                                "phase": "rl"}}))
+    assert placement.state["grpo_save_state"] == info  # what the real set-up restored
+    ray.shutdown()
+    saved = yaml.safe_load((ckpt / "step_10" / "config.yaml").read_text())
+    saved["spatialiq"]["recipe"] = "dapo_tight_7b"
+    (ckpt / "step_10" / "config.yaml").write_text(yaml.safe_dump(saved))
+    calls = placement.calls
     with pytest.raises(UserError, match="made by phase 'rl' of recipe 'dapo_tight_7b'"):
-        driver.run("rl", _config(tmp_path))
-
+        driver.run("rl", config)
+    assert placement.calls == calls
 
 
 def test_resume_names_a_damaged_checkpoint_config(tmp_path: Path) -> None:

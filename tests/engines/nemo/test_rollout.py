@@ -59,7 +59,7 @@ class GenerationFake:
 
 
 @pytest.fixture(scope="module")
-def rl_state(tmp_path_factory: pytest.TempPathFactory, ray_head: str) -> dict[str, Any]:
+def rl_state(tmp_path_factory: pytest.TempPathFactory, ray_head: str) -> Any:
     """What the real ``grpo.setup`` built for the shipped 7B DAPO recipe on our traces, at GPU placement."""
     import nemo_rl.algorithms.grpo as grpo
 
@@ -75,7 +75,10 @@ def rl_state(tmp_path_factory: pytest.TempPathFactory, ray_head: str) -> dict[st
             driver.run("rl", cfg)
     finally:
         grpo.RayVirtualCluster = real
-    return stop.state
+    yield stop.state
+    import ray
+
+    ray.shutdown()
 
 
 def _envs(master: Any) -> tuple[dict[str, Any], dict[str, Any]]:
