@@ -267,6 +267,18 @@ def score_predictions(preds: SampledPredictions, name: str, convention: Conventi
         "counts": preds.counts,
         "object_counting": decoding.get("main", {}),
         "decoding": decoding,
+        **table_metrics(table, convention),
+    }
+    if preds.mode == "from-trace" and preds.self_consistency is not None:
+        out["faithfulness"] = trace_audit(
+            preds.pred["main"], preds.gt["main"], {t: preds.pred[t] for t in TRACE_TASKS},
+            {t: preds.gt[t] for t in TRACE_TASKS}, preds.self_consistency)
+    return out
+
+
+def table_metrics(table: Any, convention: Convention) -> dict[str, Any]:
+    """The per-task, summary, summation and composition numbers of one responder's first-sample table."""
+    return {
         "per_task": {c: accuracy(table.correct[c]).as_dict() for c in table.tasks},
         "summary": summary_row(table, convention),
         "summary_by_convention": {c: summary_row(table, c) for c in CONVENTIONS},
@@ -274,11 +286,6 @@ def score_predictions(preds: SampledPredictions, name: str, convention: Conventi
         "composition": composition(table) if "task5" in table.pred and "task8" in table.pred else {},
         "breakdowns": object_counting_breakdowns(table) if "main" in table.correct else {},
     }
-    if preds.mode == "from-trace" and preds.self_consistency is not None:
-        out["faithfulness"] = trace_audit(
-            preds.pred["main"], preds.gt["main"], {t: preds.pred[t] for t in TRACE_TASKS},
-            {t: preds.gt[t] for t in TRACE_TASKS}, preds.self_consistency)
-    return out
 
 
 RAW_PARSE_RULE = "as recorded in the predictions file (its X_pred columns; nothing is re-parsed)"
@@ -297,12 +304,7 @@ def score_table(table: ResponderTable, convention: Convention) -> dict[str, Any]
                    "unknown_view_or_task": 0, "scenes_covered": len(table), "expected": len(table)},
         "object_counting": decoding.get("main", {}),
         "decoding": decoding,
-        "per_task": {c: accuracy(table.correct[c]).as_dict() for c in table.tasks},
-        "summary": summary_row(table, convention),
-        "summary_by_convention": {c: summary_row(table, c) for c in CONVENTIONS},
-        "summation_2x2": summation_2x2(table),
-        "composition": composition(table) if "task5" in table.pred and "task8" in table.pred else {},
-        "breakdowns": object_counting_breakdowns(table) if "main" in table.correct else {},
+        **table_metrics(table, convention),
     }
 
 
