@@ -56,7 +56,7 @@ def test_card_takes_whatever_denominator_the_file_carries() -> None:
 def test_decoding_metrics_carry_success_counts() -> None:
     preds = np.array([[1.0, 2.0], [np.nan, 3.0], [4.0, 4.0]])
     out = decoding_metrics(preds, np.array([1.0, 3.0, 5.0]), np.ones_like(preds))
-    assert out["correct"] == {"acc@1": 1, "maj@2": 2, "pass@2": 2, "selected@2": 2}
+    assert out["correct"] == {"acc@1": 1, "acc@1_answered": 1, "maj@2": 2, "pass@2": 2, "selected@2": 2}
 
 
 def test_sft_only_plain_card_says_what_ran() -> None:
@@ -140,7 +140,7 @@ def test_a_built_release_is_pushed_again_without_rebuilding(tmp_path: Path, monk
     (tmp_path / "rel" / "config.json").write_text("{}")
     write_sums(tmp_path / "rel")
     calls: list[str] = []
-    monkeypatch.setattr(rel, "verify_release", lambda folder: [])
+    monkeypatch.setattr(rel, "verify_release", lambda folder, notes=None: [])
     monkeypatch.setattr(hub, "check_push", lambda repo, api=None: object())
 
     def failing(folder: Path, repo: str, **kw: object) -> str:

@@ -214,7 +214,8 @@ def _usage_section(repo: str, trace_kind: str | None) -> list[str]:
             "from PIL import Image",
             "from transformers import AutoModelForImageTextToText, AutoProcessor",
             "",
-            "SYSTEM_PROMPT, PROMPT = ...  # the two prompts above, verbatim",
+            *(["PROMPT = ...  # the user prompt above, verbatim"] if trace_kind == "plain" else
+              ["SYSTEM_PROMPT, PROMPT = ...  # the two prompts above, verbatim"]),
             'image = Image.open("view.png").convert("RGB")',
             f'model = AutoModelForImageTextToText.from_pretrained("{repo}")',
             f'processor = AutoProcessor.from_pretrained("{repo}")',
