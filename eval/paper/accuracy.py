@@ -16,7 +16,6 @@ from eval.paper.common import (
     QUERY_TEXT,
     TASK_COLUMNS,
     Group,
-    binom_se,
     cut,
     display_name,
     mean_ignore_nan,
@@ -24,9 +23,9 @@ from eval.paper.common import (
     paper_task_id,
     present,
     task_name,
-    wilson,
 )
 from eval.rawcsv import ResponderTable
+from eval.stats import binomial_se, wilson_interval
 
 Row = dict[str, object]
 OBJECT_ORDER: tuple[str, ...] = ("cube", "factory_box", "soup_can", "spam")
@@ -50,7 +49,7 @@ HIDDEN_SUPPORT = (("task3", "task8"), ("task7", "task8"))
 def _count_row(values: np.ndarray) -> tuple[float, int, int, float, float]:
     vals = present(values)
     n, k = int(vals.size), int(vals.sum())
-    lo, hi = wilson(k, n)
+    lo, hi = wilson_interval(k, n)
     return (k / n if n else math.nan), k, n, lo, hi
 
 
@@ -67,7 +66,7 @@ def task_accuracy_rows(group: Group) -> list[Row]:
             rows.append({
                 "group": group.name, "model": model, "display_name": display_name(model),
                 "task": paper_task_id(task), "source_task": task, "task_name": task_name(task), "accuracy": acc,
-                "n_correct": k, "n_incorrect": n - k, "n": n, "binom_se": binom_se(acc, n), "ci_low_wilson": lo,
+                "n_correct": k, "n_incorrect": n - k, "n": n, "binom_se": binomial_se(acc, n), "ci_low_wilson": lo,
                 "ci_high_wilson": hi, "chance_level": None, "chance_adjusted_accuracy": acc,
                 "chance_adjusted_ci_low": lo, "chance_adjusted_ci_high": hi, "above_chance_p": None,
             })
@@ -149,7 +148,7 @@ def _bin_row(group: Group, model: str, prefix: dict[str, object], values: np.nda
     if n == 0:
         return None
     return {"group": group.name, "model": model, "display_name": display_name(model), **prefix, "accuracy": acc,
-            "n_correct": k, "n_incorrect": n - k, "n": n, "binom_se": binom_se(acc, n), "ci_low_wilson": lo,
+            "n_correct": k, "n_incorrect": n - k, "n": n, "binom_se": binomial_se(acc, n), "ci_low_wilson": lo,
             "ci_high_wilson": hi, "chance_adjusted_accuracy": acc, "chance_adjusted_ci_low": lo,
             "chance_adjusted_ci_high": hi}
 

@@ -169,21 +169,6 @@ def object_types(table: ResponderTable) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------- statistics
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval clipped to [0, 1]; NaN when n = 0."""
-    if n <= 0:
-        return math.nan, math.nan
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt((p * (1 - p) + z * z / (4 * n)) / n) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def binom_se(p: float, n: int) -> float:
-    return math.sqrt(p * (1 - p) / n) if n > 0 and not math.isnan(p) else math.nan
-
-
 def mean_ignore_nan(values: Iterable[float]) -> float:
     arr = np.asarray(list(values), dtype=np.float64)
     arr = arr[np.isfinite(arr)]
