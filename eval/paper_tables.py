@@ -31,13 +31,12 @@ from eval.hierarchy import (
     summary_row,
     summation_2x2,
 )
-from eval.paper.common import csv_text, display_name
+from eval.paper.common import display_name, full_precision
 from eval.rawcsv import ResponderTable, read_raw_dir
 from eval.stats import accuracy
-from spatialiq_train.io import atomic_write_text
+from spatialiq_train.io import atomic_write_text, csv_text
 from spatialiq_train.tasks import TASKS, get_task
 
-__all__ = ["csv_text", "display_name", "write_paper_tables"]
 TASK_LABELS: tuple[tuple[str, str], ...] = tuple(
     (("Task" if t.paper_tag.startswith("S") else "Target") + t.paper_tag[1:], t.csv_column)
     for t in TASKS.values() if t.id != "task1"
@@ -149,16 +148,16 @@ def write_paper_tables(raw_dir: str | Path, out_dir: str | Path, override: str |
     out = Path(out_dir)
     summaries = summary_rows(tables, override)
     files = {
-        "summary.csv": csv_text(summaries, SUMMARY_CSV_COLUMNS),
-        "summary_published.csv": csv_text(summaries, PUBLISHED_SUMMARY_COLUMNS + ("convention",)),
-        "summary_both_conventions.csv": csv_text(both_convention_rows(tables),
-                                                 ("model", "display_name", "convention", *SUMMARY_COLUMNS)),
-        "summation_2x2.csv": csv_text(summation_rows(tables), SUMMATION_COLUMNS),
-        "composition.csv": csv_text(composition_rows(tables), COMPOSITION_CSV_COLUMNS),
-        "task_accuracy.csv": csv_text(task_accuracy_rows(tables), TASK_ACCURACY_COLUMNS),
+        "summary.csv": (SUMMARY_CSV_COLUMNS, summaries),
+        "summary_published.csv": (PUBLISHED_SUMMARY_COLUMNS + ("convention",), summaries),
+        "summary_both_conventions.csv": (("model", "display_name", "convention", *SUMMARY_COLUMNS),
+                                         both_convention_rows(tables)),
+        "summation_2x2.csv": (SUMMATION_COLUMNS, summation_rows(tables)),
+        "composition.csv": (COMPOSITION_CSV_COLUMNS, composition_rows(tables)),
+        "task_accuracy.csv": (TASK_ACCURACY_COLUMNS, task_accuracy_rows(tables)),
     }
     written = write_tables(tables, out, figures=figures)
-    for name, text in files.items():
-        atomic_write_text(out / name, text)
+    for name, (columns, rows) in files.items():
+        atomic_write_text(out / name, csv_text(columns, rows, full_precision))
         written.append(out / name)
     return written

@@ -10,8 +10,6 @@ several tables depend on it (pooled row order feeds the seeded permutation and b
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -233,7 +231,8 @@ def cut(values: np.ndarray, edges: Sequence[float], labels: Sequence[str]) -> np
 # ---------------------------------------------------------------------------------------------- CSV text
 
 
-def _fmt(value: object) -> str:
+def full_precision(value: object) -> str:
+    """A CSV cell as the official tables write it: floats at full precision (repr), NaN and None empty."""
     if value is None:
         return ""
     if isinstance(value, (bool, np.bool_)):
@@ -241,13 +240,3 @@ def _fmt(value: object) -> str:
     if isinstance(value, (float, np.floating)):
         return "" if math.isnan(value) else repr(float(value))
     return str(value)
-
-
-def csv_text(rows: Iterable[dict[str, object]], columns: Sequence[str]) -> str:
-    """Rows as CSV with a fixed column order; floats at full precision (repr), NaN and None empty."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([_fmt(row.get(c)) for c in columns])
-    return out.getvalue()
