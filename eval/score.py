@@ -26,8 +26,8 @@ from eval.faithfulness import consistent_mask, invariants_hold, trace_audit
 from eval.hierarchy import CONVENTIONS, Convention, composition, summary_row, summation_2x2
 from eval.rawcsv import META_COLUMNS, TASK_ORDER, ResponderTable
 from eval.sample import Mode
-from eval.scenes import Scene
 from eval.stats import accuracy
+from spatialiq_train.dataset import View
 from spatialiq_train.errors import UserError
 from spatialiq_train.parsing import (
     OFFICIAL_RULE,
@@ -60,7 +60,7 @@ def column_of(task: str) -> str:
 class SampledPredictions:
     """Parsed predictions, ``(scenes, k)`` per released task column, NaN where absent or unparseable."""
 
-    scenes: list[Scene]
+    scenes: list[View]
     k: int
     mode: Mode
     pred: dict[str, np.ndarray]
@@ -119,11 +119,11 @@ def infer_mode(completions: Mapping[Key, Completion]) -> Mode:
     return "from-trace" if all(c.task == "task_main" for c in completions.values()) else "independent"
 
 
-def _gt_array(scenes: Sequence[Scene], task: str) -> np.ndarray:
+def _gt_array(scenes: Sequence[View], task: str) -> np.ndarray:
     return np.array([float(s.gt[task]) if s.gt.get(task) is not None else math.nan for s in scenes])
 
 
-def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Completion], mode: Mode | None = None,
+def collect_predictions(scenes: Sequence[View], completions: Mapping[Key, Completion], mode: Mode | None = None,
                         k: int | None = None, parse: ParseRule = "official") -> SampledPredictions:
     """Parse every completion into per-task prediction arrays; count absent and unparseable ones. ``k`` defaults
     to :func:`resolve_k`'s inference; ``parse`` picks the parse rule (module docstring)."""
