@@ -167,12 +167,12 @@ def collect_predictions(scenes: Sequence[View], completions: Mapping[Key, Comple
         trace = traces.get(c.text)
         if trace is None:
             trace = traces[c.text] = parse_trace(c.text)
-        counts["unparseable"] += trace.answer is None
+        counts["unparseable"] += trace.pred is None
         for task, value in ((t, trace.tasks.get(t)) for t in TRACE_TASKS):
             if value is not None:
                 pred[task][i, c.sample] = _stored(value)
-        if trace.answer is not None:
-            pred["main"][i, c.sample] = _stored(trace.answer)
+        if trace.pred is not None:
+            pred["main"][i, c.sample] = _stored(trace.pred)
         if trace.total_line is not None:
             line_visible[i, c.sample], line_hidden[i, c.sample] = trace.total_line[0], trace.total_line[1]
         if trace.self_consistent is not None:

@@ -66,9 +66,9 @@ class CompletionTable:
 
 def trace_facts(trace: ParsedTrace, gt: Mapping[str, object]) -> tuple[float, float, int, float, bool, bool]:
     """(exact_match, abs_error, subtasks_correct, self_consistent, faithful, complete) of one parsed trace (pure)."""
-    answer, truth = trace.answer, int(gt["task_main"])  # type: ignore[call-overload]
-    correct = answer is not None and answer == truth
-    abs_error = float(abs(answer - truth)) if answer is not None else float("nan")
+    pred, truth = trace.pred, int(gt["task_main"])  # type: ignore[call-overload]
+    correct = pred is not None and pred == truth
+    abs_error = float(abs(pred - truth)) if pred is not None else float("nan")
     lines_ok = sum(trace.tasks.get(t) is not None and trace.tasks.get(t) == gt.get(t) for t in TRACE_TASKS)
     consistent = trace.self_consistent
     sc = float("nan") if consistent is None else float(consistent)
