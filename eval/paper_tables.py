@@ -18,7 +18,6 @@ these conventions, which reproduce the published numbers:
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from eval.groups import HUMAN_GROUP, require_groups
@@ -31,11 +30,11 @@ from eval.hierarchy import (
     summary_row,
     summation_2x2,
 )
-from eval.paper.common import display_name, full_precision
+from eval.paper import accuracy
+from eval.paper.common import display_name, full_precision, make_group
 from eval.rawcsv import ResponderTable, read_raw_dir
-from eval.stats import accuracy
 from spatialiq_train.io import atomic_write_text, csv_text
-from spatialiq_train.tasks import TASKS, get_task
+from spatialiq_train.tasks import TASKS
 
 TASK_LABELS: tuple[tuple[str, str], ...] = tuple(
     (("Task" if t.paper_tag.startswith("S") else "Target") + t.paper_tag[1:], t.csv_column)
@@ -106,25 +105,14 @@ def composition_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object
 
 
 def task_accuracy_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object]]:
-    """Per-task accuracy in the Table 6 layout (no chance level in free response: adjusted = raw)."""
+    """Table 6 and Figure 25 as built for the official tables (:func:`eval.paper.accuracy.task_accuracy_rows`), in
+    one file: groups ``text`` then ``trained_text``, responders sorted by name, tasks in ``TASK_LABELS`` order
+    (Object Categorization, task1, is left out)."""
+    order = {task: i for i, (_, task) in enumerate(TASK_LABELS)}
     rows: list[dict[str, object]] = []
     for group in ("text", "trained_text"):
-        for model in sorted(tables):
-            if group not in groups_of(tables[model].group):
-                continue
-            table = tables[model]
-            for label, task in TASK_LABELS:
-                if task not in table.correct:
-                    continue
-                a = accuracy(table.correct[task])
-                rows.append({
-                    "group": group, "model": model, "display_name": display_name(model), "task": label,
-                    "source_task": task, "task_name": get_task(task).name, "accuracy": a.accuracy,
-                    "n_correct": a.n_correct, "n_incorrect": a.n_incorrect, "n": a.n, "binom_se": a.binom_se,
-                    "ci_low_wilson": a.ci_low_wilson, "ci_high_wilson": a.ci_high_wilson, "chance_level": math.nan,
-                    "chance_adjusted_accuracy": a.accuracy, "chance_adjusted_ci_low": a.ci_low_wilson,
-                    "chance_adjusted_ci_high": a.ci_high_wilson, "above_chance_p": math.nan,
-                })
+        built = [r for r in accuracy.task_accuracy_rows(make_group(tables, group)) if r["source_task"] in order]
+        rows += sorted(built, key=lambda r: (str(r["model"]), order[str(r["source_task"])]))
     return rows
 
 
