@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from eval.hierarchy import Convention, edge_integrity, referential_chain, residuals
+from eval.hierarchy import Convention, summary_row
 from eval.paper.common import (
     QUERY_TEXT,
     TASK_COLUMNS,
@@ -41,9 +41,6 @@ FACTORS: dict[str, str] = {"total_blocks": "Number of objects", "num_hidden_bloc
                            "num_layers": "Number of layers", "num_columns": "Number of columns",
                            "fill_ratio": "Fill ratio"}
 """Difficulty factors of Table 9 and their display names, in the table's order."""
-CHAIN = (("task2", "task6"), ("task6", "task7"))
-VISIBLE_SUPPORT = (("task3", "task5"), ("task4", "task5"))
-HIDDEN_SUPPORT = (("task3", "task8"), ("task7", "task8"))
 
 
 def _count_row(values: np.ndarray) -> tuple[float, int, int, float, float]:
@@ -87,14 +84,6 @@ def convention(group: str, responder_group: str | None) -> Convention:
     return "prerequisite_given_dependent"
 
 
-def support(table: ResponderTable, edges: tuple[tuple[str, str], ...], conv: Convention) -> float:
-    """Mean of the edges' conditionals; P|C: undefined if any edge is, C|P: undefined edges skipped."""
-    values = [edge_integrity(table, p, c, conv) for p, c in edges]
-    if conv == "dependent_given_prerequisite":
-        return mean_ignore_nan(values)
-    return math.nan if any(math.isnan(v) for v in values) else float(np.mean(values))
-
-
 def summary_rows(group: Group, accuracy_rows: list[Row]) -> list[Row]:
     """Tables 1 (text) and 4 (trained_text), ordered by Object Counting accuracy, highest first."""
     acc: dict[str, dict[str, float]] = {}
@@ -102,19 +91,12 @@ def summary_rows(group: Group, accuracy_rows: list[Row]) -> list[Row]:
         acc.setdefault(str(row["model"]), {})[str(row["source_task"])] = float(row["accuracy"])  # type: ignore[arg-type]
     rows: list[Row] = []
     for model in sorted(acc):
-        table, conv, a = group.tables[model], convention(group.name, group.tables[model].group), acc[model]
-        _, res = residuals(table)
-        rows.append({
-            "model": model, "display_name": display_name(model), "object_count": a.get("main", math.nan),
-            "visible_count": a.get("task5", math.nan), "hidden_count": a.get("task8", math.nan),
-            "referential_chain": referential_chain(table, conv) if conv == "prerequisite_given_dependent"
-            else support(table, CHAIN, conv),
-            "visible_support": support(table, VISIBLE_SUPPORT, conv),
-            "hidden_support": support(table, HIDDEN_SUPPORT, conv),
-            "summation_mechanism": float((res == 0).mean()) if res.size else math.nan,
-            "mental_rotation_mean": mean_ignore_nan([a.get("task10", math.nan), a.get("task11", math.nan)]),
-            "convention": conv,
-        })
+        table, a = group.tables[model], acc[model]
+        conv = convention(group.name, table.group)
+        rows.append({"model": model, "display_name": display_name(model), **summary_row(table, conv),
+                     # the official mean: of whichever rotation task was answered (eval.hierarchy wants both)
+                     "mental_rotation_mean": mean_ignore_nan([a.get("task10", math.nan), a.get("task11", math.nan)]),
+                     "convention": conv})
     return sorted(rows, key=lambda r: (math.isnan(r["object_count"]), -np.nan_to_num(r["object_count"])))
 
 
