@@ -1,5 +1,4 @@
-"""Small file helpers used everywhere: atomic writes, dataset-root path checks, and the project's one CSV writer
-and one markdown-table helper."""
+"""Small file helpers used everywhere: atomic writes and dataset-root path checks."""
 
 from __future__ import annotations
 
@@ -142,6 +141,10 @@ def check_model_source(value: str | Path, what: str) -> str:
     if Path(text).exists() or (not text.startswith((".", "/", "~")) and _HUB_ID.fullmatch(text)):
         return text
     raise FileNotFoundError(f"{what} {text}: no such checkpoint folder (and not a hub id of the form org/name)")
+
+
+# ---------------------------------------------------------------------------------------------- tables
+# The project's one CSV writer and one markdown-table helper.
 
 
 def csv_text(columns: Sequence[str], rows: Iterable[Sequence[object] | Mapping[str, object]],
