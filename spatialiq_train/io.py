@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from csv import writer as csv_writer
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -153,8 +153,8 @@ def csv_text(columns: Sequence[str], rows: Iterable[Sequence[object] | Mapping[s
 
     A row is a sequence in column order, or a mapping read by column name (a missing key is ``None``).
     """
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    out = StringIO()
+    writer = csv_writer(out, lineterminator="\n")
     writer.writerow(columns)
     for row in rows:
         values = [row.get(c) for c in columns] if isinstance(row, Mapping) else row
