@@ -24,13 +24,12 @@ from eval.groups import HUMAN_GROUP, require_groups
 from eval.hierarchy import (
     CONVENTIONS,
     SUMMARY_COLUMNS,
-    Convention,
-    check_convention,
     composition,
     summary_row,
     summation_2x2,
 )
 from eval.paper import accuracy
+from eval.paper.accuracy import convention_for
 from eval.paper.common import display_name, full_precision, make_group
 from eval.rawcsv import ResponderTable, read_raw_dir
 from spatialiq_train.io import atomic_write_text, csv_text
@@ -58,13 +57,6 @@ TASK_ACCURACY_COLUMNS: tuple[str, ...] = (
     "n", "binom_se", "ci_low_wilson", "ci_high_wilson", "chance_level", "chance_adjusted_accuracy",
     "chance_adjusted_ci_low", "chance_adjusted_ci_high", "above_chance_p",
 )
-
-
-def convention_for(group: str | None, override: str | None = None) -> Convention:
-    """The conditional convention the published tables use for a responder of ``group`` (or ``override``)."""
-    if override is not None:
-        return check_convention(override)
-    return "dependent_given_prerequisite" if group == "trained_text" else "prerequisite_given_dependent"
 
 
 def groups_of(group: str | None) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from eval.hierarchy import Convention, summary_row
+from eval.hierarchy import Convention, check_convention, summary_row
 from eval.paper.common import (
     QUERY_TEXT,
     TASK_COLUMNS,
@@ -76,12 +76,13 @@ def task_accuracy_rows(group: Group) -> list[Row]:
     return sorted(rows, key=key)
 
 
-def convention(group: str, responder_group: str | None) -> Convention:
-    """Trained rows of Table 4 condition on the prerequisite; Table 1 and Table 4's human row (a responder of
-    group ``both``) on the dependent."""
-    if group == "trained_text" and responder_group == "trained_text":
-        return "dependent_given_prerequisite"
-    return "prerequisite_given_dependent"
+def convention_for(group: str | None, override: str | None = None) -> Convention:
+    """The conditional convention the published tables use for a responder of ``group`` (or ``override``): trained
+    rows of Table 4 condition on the prerequisite; Table 1 and Table 4's human row (a responder of group ``both``)
+    on the dependent."""
+    if override is not None:
+        return check_convention(override)
+    return "dependent_given_prerequisite" if group == "trained_text" else "prerequisite_given_dependent"
 
 
 def summary_rows(group: Group, accuracy_rows: list[Row]) -> list[Row]:
@@ -92,7 +93,7 @@ def summary_rows(group: Group, accuracy_rows: list[Row]) -> list[Row]:
     rows: list[Row] = []
     for model in sorted(acc):
         table, a = group.tables[model], acc[model]
-        conv = convention(group.name, table.group)
+        conv = convention_for(table.group)
         rows.append({"model": model, "display_name": display_name(model), **summary_row(table, conv),
                      # the official mean: of whichever rotation task was answered (eval.hierarchy wants both)
                      "mental_rotation_mean": mean_ignore_nan([a.get("task10", math.nan), a.get("task11", math.nan)]),
