@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval.groups import HUMAN_GROUP, require_groups
+from eval.groups import in_group, require_groups
 from eval.hierarchy import (
     CONVENTIONS,
     SUMMARY_COLUMNS,
@@ -59,13 +59,6 @@ TASK_ACCURACY_COLUMNS: tuple[str, ...] = (
 )
 
 
-def groups_of(group: str | None) -> tuple[str, ...]:
-    """Published figure groups a responder of ``group`` appears in (``both``, the human baseline, is in each)."""
-    if group == HUMAN_GROUP:
-        return ("text", "trained_text")
-    return (group,) if group else ()
-
-
 def summary_rows(tables: dict[str, ResponderTable], override: str | None = None) -> list[dict[str, object]]:
     rows = []
     for model, table in tables.items():
@@ -80,7 +73,7 @@ def summation_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object]]
     rows: list[dict[str, object]] = []
     for group in ("text", "trained_text"):
         for model in sorted(tables):
-            if group in groups_of(tables[model].group):
+            if in_group(tables[model].group, group):
                 for cell in summation_2x2(tables[model]):
                     rows.append({"group": group, "model": model, "display_name": display_name(model), **cell})
     return rows
@@ -90,7 +83,7 @@ def composition_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object
     rows: list[dict[str, object]] = []
     for group in ("text", "trained_text"):
         for model in sorted(tables):
-            if group in groups_of(tables[model].group):
+            if in_group(tables[model].group, group):
                 rows.append({"group": group, "model": model, "display_name": display_name(model),
                              **composition(tables[model])})
     return rows
