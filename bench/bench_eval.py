@@ -21,8 +21,8 @@ import numpy as np  # noqa: E402
 
 from eval.compare import pairwise_mcnemar  # noqa: E402
 from eval.completions import Completion  # noqa: E402
-from eval.scenes import Scene  # noqa: E402
 from eval.score import collect_predictions, first_sample_table, score_predictions  # noqa: E402
+from spatialiq_train.dataset import View  # noqa: E402
 from spatialiq_train.tasks import fill_cot_template  # noqa: E402
 from spatialiq_train.views import LEAF_VIEWS  # noqa: E402
 
@@ -31,7 +31,7 @@ def _letters(n: int) -> str:
     return "".join(chr(ord("a") + int(d)) for d in str(n))
 
 
-def synthetic(scenes: int, k: int, rng: np.random.Generator, unique: bool = False) -> tuple[list[Scene], dict]:
+def synthetic(scenes: int, k: int, rng: np.random.Generator, unique: bool = False) -> tuple[list[View], dict]:
     out_scenes, completions = [], {}
     for s in range(scenes):
         t3, t4, hidden = int(rng.integers(2, 12)), int(rng.integers(1, 5)), int(rng.integers(0, 5))
@@ -42,7 +42,7 @@ def synthetic(scenes: int, k: int, rng: np.random.Generator, unique: bool = Fals
               "num_columns": t3, "num_layers": t4}
         leaf = LEAF_VIEWS[s % 16]
         view = f"benchmark/level_1/sample_{s // 16 + 1:05d}/{leaf.relpath}"
-        out_scenes.append(Scene(view, leaf, gt, Path(".")))
+        out_scenes.append(View(view, leaf, gt, Path(".")))
         for i in range(k):
             g = dict(gt)
             if rng.random() < 0.4:

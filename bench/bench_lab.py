@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.completions import Completion
-from eval.scenes import Scene
+from spatialiq_train.dataset import View
 from spatialiq_train.lab.analyze import analyze, write_analysis
 from spatialiq_train.lab.scoring import parse_reward_list
 from spatialiq_train.lab.table import build_table
@@ -54,14 +54,14 @@ def completion(gt: dict[str, object], rng: np.random.Generator) -> str:
     return text
 
 
-def make_inputs(views: int, k: int, seed: int) -> tuple[list[Scene], dict]:
+def make_inputs(views: int, k: int, seed: int) -> tuple[list[View], dict]:
     rng = np.random.default_rng(seed)
     scenes, records = [], {}
     for v in range(views):
         leaf = LEAF_VIEWS[v % len(LEAF_VIEWS)]
         rel = view_relpath("benchmark", v // len(LEAF_VIEWS) + 1, leaf)
         gt = sample_gt(rng)
-        scenes.append(Scene(rel, leaf, gt, Path("."), rel))
+        scenes.append(View(rel, leaf, gt, Path("."), rel))
         for s in range(k):
             records[(rel, "task_main", s)] = Completion(rel, "task_main", s, completion(gt, rng))
     return scenes, records

@@ -29,10 +29,11 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from eval.paper.common import csv_text  # noqa: E402
+from eval.paper.common import full_precision  # noqa: E402
 from eval.paper.registry import LOOSE_COLUMNS, TABLES  # noqa: E402
 from eval.paper.tables import build_tables  # noqa: E402
 from eval.rawcsv import read_raw_dir  # noqa: E402
+from spatialiq_train.io import csv_text  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "paper_outputs"
 RAW_IN_GIT = "analyses/inference_results"
@@ -76,7 +77,7 @@ def compare(built: dict[str, list[dict[str, object]]], reference: Path) -> tuple
             problems.append(f"{spec.name}: no reference file")
             continue
         expected = list(csv.DictReader(path.open(newline="")))
-        got = list(csv.DictReader(io.StringIO(csv_text(built[spec.name], spec.columns))))
+        got = list(csv.DictReader(io.StringIO(csv_text(spec.columns, built[spec.name], full_precision))))
         keys = [tuple(r[k] for k in spec.key) for r in expected]
         if keys != [tuple(r[k] for k in spec.key) for r in got]:
             problems.append(f"{spec.name}: row keys or order differ")

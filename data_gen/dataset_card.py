@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from spatialiq_train.io import atomic_write_text, read_json
+from spatialiq_train.io import atomic_write_text, markdown_table, read_json
 
 CARD_FILE = "README.md"
 DOCS = "spatialiq-train docs/generation.md (section \"Ground truth\") and ../shared/docs/benchmark-spec.md"
@@ -82,8 +82,7 @@ def card_text(manifest: dict[str, Any], features: dict[str, dict[str, Any]], lic
         "```python", "from datasets import load_dataset", "", 'ds = load_dataset("path/to/this/folder")', "```", "",
         "The per-view folders (`<split>/level_1/sample_NNNNN/view_VV/offsetO_fovF_distD/gt.json`) follow the "
         "released Spatial-IQ benchmark layout.", "",
-        "## Ground truth", "", "| field | meaning |", "| --- | --- |",
-        *[f"| `{f}` | {m} |" for f, m in GROUND_TRUTH], "",
+        "## Ground truth", "", markdown_table(["field", "meaning"], [(f"`{f}`", m) for f, m in GROUND_TRUTH]), "",
         f"Exact definitions: {DOCS}.",
     ]
     return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n\n" + "\n".join(body) + "\n"

@@ -65,7 +65,7 @@ def build_structure(
                                     sample_idx=entry.sample_idx)
     except Exception as exc:
         raise GenerationError(f"{where} (structure {entry.structure_id}): {type(exc).__name__}: {exc}") from exc
-    gts = {leaf: writer.gt_record(raw[leaf], entry.sample_idx) for leaf in LEAF_VIEWS}
+    gts = {leaf: raw[leaf] for leaf in LEAF_VIEWS}  # truth.view_truth placed sample_idx (spec 4.2 order)
     scene = writer.scene_record(
         hmap, sample_idx=entry.sample_idx, structure_id=entry.structure_id, seed=cfg.seed, index=entry.index,
         object_type=cfg.object_type, visible_count=visibility.scene_visible_count(hmap))

@@ -72,20 +72,6 @@ def scene_record(
     }
 
 
-def gt_record(gt: Mapping[str, Any], sample_idx: int) -> dict[str, Any]:
-    """gt.json for one leaf: the truth dict with ``sample_idx`` placed right after ``object_type`` (spec 4.2 order)."""
-    out: dict[str, Any] = {}
-    for key, value in gt.items():
-        if key == "sample_idx":
-            continue
-        out[key] = value
-        if key == "object_type":
-            out["sample_idx"] = int(sample_idx)
-    if "sample_idx" not in out:
-        out = {"sample_idx": int(sample_idx), **out}
-    return out
-
-
 def encode_png(rgb: np.ndarray) -> bytes:
     """Deterministic RGB PNG bytes (no metadata chunks) of an (H, W, 3) uint8 image."""
     from PIL import Image

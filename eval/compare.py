@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.paper_tables import csv_text
+from eval.paper.common import full_precision
 from eval.rawcsv import ResponderTable, read_raw_csv, read_raw_dir
 from eval.stats import benjamini_hochberg, mcnemar_exact
 from spatialiq_train.errors import InputError
-from spatialiq_train.io import atomic_write_text
+from spatialiq_train.io import atomic_write_text, csv_text
 
 COLUMNS: tuple[str, ...] = (
     "task", "model_a", "model_b", "n", "accuracy_a", "accuracy_b", "a_only", "b_only", "p_value", "p_bh",
@@ -71,5 +71,5 @@ def write_comparison(paths: Sequence[str | Path], out_dir: str | Path, task: str
     if len(tables) < 2:
         raise InputError(f"need at least two responders to compare, got {len(tables)}")
     path = Path(out_dir) / "mcnemar.csv"
-    atomic_write_text(path, csv_text(pairwise_mcnemar(tables, task), COLUMNS))
+    atomic_write_text(path, csv_text(COLUMNS, pairwise_mcnemar(tables, task), full_precision))
     return path

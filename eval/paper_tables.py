@@ -18,26 +18,23 @@ these conventions, which reproduce the published numbers:
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from eval.groups import HUMAN_GROUP, require_groups
+from eval.groups import in_group, require_groups
 from eval.hierarchy import (
     CONVENTIONS,
     SUMMARY_COLUMNS,
-    Convention,
-    check_convention,
     composition,
     summary_row,
     summation_2x2,
 )
-from eval.paper.common import csv_text, display_name
+from eval.paper import accuracy
+from eval.paper.accuracy import convention_for
+from eval.paper.common import display_name, full_precision, make_group
 from eval.rawcsv import ResponderTable, read_raw_dir
-from eval.stats import accuracy
-from spatialiq_train.io import atomic_write_text
-from spatialiq_train.tasks import TASKS, get_task
+from spatialiq_train.io import atomic_write_text, csv_text
+from spatialiq_train.tasks import TASKS
 
-__all__ = ["csv_text", "display_name", "write_paper_tables"]
 TASK_LABELS: tuple[tuple[str, str], ...] = tuple(
     (("Task" if t.paper_tag.startswith("S") else "Target") + t.paper_tag[1:], t.csv_column)
     for t in TASKS.values() if t.id != "task1"
@@ -62,20 +59,6 @@ TASK_ACCURACY_COLUMNS: tuple[str, ...] = (
 )
 
 
-def convention_for(group: str | None, override: str | None = None) -> Convention:
-    """The conditional convention the published tables use for a responder of ``group`` (or ``override``)."""
-    if override is not None:
-        return check_convention(override)
-    return "dependent_given_prerequisite" if group == "trained_text" else "prerequisite_given_dependent"
-
-
-def groups_of(group: str | None) -> tuple[str, ...]:
-    """Published figure groups a responder of ``group`` appears in (``both``, the human baseline, is in each)."""
-    if group == HUMAN_GROUP:
-        return ("text", "trained_text")
-    return (group,) if group else ()
-
-
 def summary_rows(tables: dict[str, ResponderTable], override: str | None = None) -> list[dict[str, object]]:
     rows = []
     for model, table in tables.items():
@@ -90,7 +73,7 @@ def summation_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object]]
     rows: list[dict[str, object]] = []
     for group in ("text", "trained_text"):
         for model in sorted(tables):
-            if group in groups_of(tables[model].group):
+            if in_group(tables[model].group, group):
                 for cell in summation_2x2(tables[model]):
                     rows.append({"group": group, "model": model, "display_name": display_name(model), **cell})
     return rows
@@ -100,32 +83,21 @@ def composition_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object
     rows: list[dict[str, object]] = []
     for group in ("text", "trained_text"):
         for model in sorted(tables):
-            if group in groups_of(tables[model].group):
+            if in_group(tables[model].group, group):
                 rows.append({"group": group, "model": model, "display_name": display_name(model),
                              **composition(tables[model])})
     return rows
 
 
 def task_accuracy_rows(tables: dict[str, ResponderTable]) -> list[dict[str, object]]:
-    """Per-task accuracy in the Table 6 layout (no chance level in free response: adjusted = raw)."""
+    """Table 6 and Figure 25 as built for the official tables (:func:`eval.paper.accuracy.task_accuracy_rows`), in
+    one file: groups ``text`` then ``trained_text``, responders sorted by name, tasks in ``TASK_LABELS`` order
+    (Object Categorization, task1, is left out)."""
+    order = {task: i for i, (_, task) in enumerate(TASK_LABELS)}
     rows: list[dict[str, object]] = []
     for group in ("text", "trained_text"):
-        for model in sorted(tables):
-            if group not in groups_of(tables[model].group):
-                continue
-            table = tables[model]
-            for label, task in TASK_LABELS:
-                if task not in table.correct:
-                    continue
-                a = accuracy(table.correct[task])
-                rows.append({
-                    "group": group, "model": model, "display_name": display_name(model), "task": label,
-                    "source_task": task, "task_name": get_task(task).name, "accuracy": a.accuracy,
-                    "n_correct": a.n_correct, "n_incorrect": a.n_incorrect, "n": a.n, "binom_se": a.binom_se,
-                    "ci_low_wilson": a.ci_low_wilson, "ci_high_wilson": a.ci_high_wilson, "chance_level": math.nan,
-                    "chance_adjusted_accuracy": a.accuracy, "chance_adjusted_ci_low": a.ci_low_wilson,
-                    "chance_adjusted_ci_high": a.ci_high_wilson, "above_chance_p": math.nan,
-                })
+        built = [r for r in accuracy.task_accuracy_rows(make_group(tables, group)) if r["source_task"] in order]
+        rows += sorted(built, key=lambda r: (str(r["model"]), order[str(r["source_task"])]))
     return rows
 
 
@@ -149,16 +121,16 @@ def write_paper_tables(raw_dir: str | Path, out_dir: str | Path, override: str |
     out = Path(out_dir)
     summaries = summary_rows(tables, override)
     files = {
-        "summary.csv": csv_text(summaries, SUMMARY_CSV_COLUMNS),
-        "summary_published.csv": csv_text(summaries, PUBLISHED_SUMMARY_COLUMNS + ("convention",)),
-        "summary_both_conventions.csv": csv_text(both_convention_rows(tables),
-                                                 ("model", "display_name", "convention", *SUMMARY_COLUMNS)),
-        "summation_2x2.csv": csv_text(summation_rows(tables), SUMMATION_COLUMNS),
-        "composition.csv": csv_text(composition_rows(tables), COMPOSITION_CSV_COLUMNS),
-        "task_accuracy.csv": csv_text(task_accuracy_rows(tables), TASK_ACCURACY_COLUMNS),
+        "summary.csv": (SUMMARY_CSV_COLUMNS, summaries),
+        "summary_published.csv": (PUBLISHED_SUMMARY_COLUMNS + ("convention",), summaries),
+        "summary_both_conventions.csv": (("model", "display_name", "convention", *SUMMARY_COLUMNS),
+                                         both_convention_rows(tables)),
+        "summation_2x2.csv": (SUMMATION_COLUMNS, summation_rows(tables)),
+        "composition.csv": (COMPOSITION_CSV_COLUMNS, composition_rows(tables)),
+        "task_accuracy.csv": (TASK_ACCURACY_COLUMNS, task_accuracy_rows(tables)),
     }
     written = write_tables(tables, out, figures=figures)
-    for name, text in files.items():
-        atomic_write_text(out / name, text)
+    for name, (columns, rows) in files.items():
+        atomic_write_text(out / name, csv_text(columns, rows, full_precision))
         written.append(out / name)
     return written

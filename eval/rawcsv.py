@@ -10,7 +10,6 @@ prefix ``X`` (``task2`` .. ``task11``, ``main`` for Object Counting) the triple 
 from __future__ import annotations
 
 import csv
-import io
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from spatialiq_train.errors import InputError, UserError
-from spatialiq_train.io import atomic_write_text
+from spatialiq_train.io import atomic_write_text, csv_text
 from spatialiq_train.tasks import TASKS
 
 META_COLUMNS: tuple[str, ...] = ("total_blocks", "num_hidden_blocks", "num_columns", "num_layers")
@@ -297,16 +296,15 @@ def _fmt(x: float) -> str:
 
 def raw_csv_text(table: ResponderTable) -> str:
     """The table in the released column layout (integers, empty = missing)."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
     tasks = table.tasks
-    writer.writerow(["view", "object_type", *META_COLUMNS] + [t + s for t in tasks for s in ("", "_pred", "_gt")])
+    rows = []
     for i, view in enumerate(table.views):
         row = [view, table.object_type[i]] + [_fmt(table.meta[c][i]) for c in META_COLUMNS]
         for t in tasks:
             row += [_fmt(table.correct[t][i]), _fmt(table.pred[t][i]), _fmt(table.gt[t][i])]
-        writer.writerow(row)
-    return out.getvalue()
+        rows.append(row)
+    return csv_text(["view", "object_type", *META_COLUMNS] + [t + s for t in tasks for s in ("", "_pred", "_gt")],
+                    rows)
 
 
 def write_raw_csv(path: str | Path, table: ResponderTable) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from eval.hierarchy import SUMMARY_COLUMNS
 from spatialiq_train.errors import InputError
-from spatialiq_train.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from spatialiq_train.io import atomic_write_bytes, atomic_write_json, atomic_write_text, markdown_table, read_json
 
 REQUIRED_KEYS: tuple[str, ...] = ("name", "k", "summary", "object_counting", "per_task", "summation_2x2", "breakdowns")
 DIFFICULTY_PANELS: tuple[tuple[str, str], ...] = (
@@ -35,13 +35,6 @@ def load_metrics(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
 
 def _num(x: Any, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}" if isinstance(x, float) else str(x)
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A GitHub markdown table of already formatted cells."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def figure_png(fig: Any, dpi: int = 110) -> bytes:

@@ -24,7 +24,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eval.completions import Completion, Key, append_completions, load_completions, repair_tail
-from eval.scenes import Scene
+from spatialiq_train.dataset import View
 from spatialiq_train.errors import InputError
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.tasks import INTEGER_TASKS, Dialect, build_prompt, get_task
@@ -136,7 +136,7 @@ def request_seed(base: int, view: str, task: str, first_sample: int) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def plan_requests(scenes: Sequence[Scene], config: SamplingConfig, done: set[Key] | dict[Key, object]) -> list[Request]:
+def plan_requests(scenes: Sequence[View], config: SamplingConfig, done: set[Key] | dict[Key, object]) -> list[Request]:
     """Requests for every (scene, task) with sample indices not in ``done``; tasks lacking partner views are skipped."""
     system = COT_SYSTEM_PROMPT if config.mode == "from-trace" and config.cot_system_prompt else None
     prompts = config.task_prompts()
@@ -171,7 +171,7 @@ class SamplingReport:
 
 
 def run_sampling(
-    scenes: Sequence[Scene],
+    scenes: Sequence[View],
     engine: Engine,
     config: SamplingConfig,
     out_path: str | Path,

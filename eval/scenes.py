@@ -13,16 +13,14 @@ from pathlib import Path
 
 from spatialiq_train.dataset import SCORED_FIELDS, SPLIT_DIRS, View, iter_views
 
-Scene = View
-"""A scene is a :class:`spatialiq_train.dataset.View` (the name eval code and its benchmarks use)."""
-__all__ = ["PARTITION_SPLITS", "SPLIT_DIRS", "Scene", "find_scenes"]
+__all__ = ["PARTITION_SPLITS", "SPLIT_DIRS", "find_scenes"]
 
 PARTITION_SPLITS: tuple[str, ...] = ("val", "warmup", "rl")
 """Parts of the train split a ``split`` argument may name (``spatialiq_train.splits.part_of``, disjoint):
 ``--split rl`` reads the train split's views whose structure falls in the RL part."""
 
 
-def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[Scene]:
+def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[View]:
     """Every leaf view of ``data/split`` with its ground truth, in natural order of its key.
 
     ``data`` itself is read only when it holds none of the split folders (``SPLIT_DIRS``), as in the

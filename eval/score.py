@@ -26,8 +26,8 @@ from eval.faithfulness import consistent_mask, invariants_hold, trace_audit
 from eval.hierarchy import CONVENTIONS, Convention, composition, summary_row, summation_2x2
 from eval.rawcsv import META_COLUMNS, TASK_ORDER, ResponderTable
 from eval.sample import Mode
-from eval.scenes import Scene
 from eval.stats import accuracy
+from spatialiq_train.dataset import View
 from spatialiq_train.errors import UserError
 from spatialiq_train.parsing import (
     OFFICIAL_RULE,
@@ -60,7 +60,7 @@ def column_of(task: str) -> str:
 class SampledPredictions:
     """Parsed predictions, ``(scenes, k)`` per released task column, NaN where absent or unparseable."""
 
-    scenes: list[Scene]
+    scenes: list[View]
     k: int
     mode: Mode
     pred: dict[str, np.ndarray]
@@ -119,11 +119,11 @@ def infer_mode(completions: Mapping[Key, Completion]) -> Mode:
     return "from-trace" if all(c.task == "task_main" for c in completions.values()) else "independent"
 
 
-def _gt_array(scenes: Sequence[Scene], task: str) -> np.ndarray:
+def _gt_array(scenes: Sequence[View], task: str) -> np.ndarray:
     return np.array([float(s.gt[task]) if s.gt.get(task) is not None else math.nan for s in scenes])
 
 
-def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Completion], mode: Mode | None = None,
+def collect_predictions(scenes: Sequence[View], completions: Mapping[Key, Completion], mode: Mode | None = None,
                         k: int | None = None, parse: ParseRule = "official") -> SampledPredictions:
     """Parse every completion into per-task prediction arrays; count absent and unparseable ones. ``k`` defaults
     to :func:`resolve_k`'s inference; ``parse`` picks the parse rule (module docstring)."""
@@ -167,12 +167,12 @@ def collect_predictions(scenes: Sequence[Scene], completions: Mapping[Key, Compl
         trace = traces.get(c.text)
         if trace is None:
             trace = traces[c.text] = parse_trace(c.text)
-        counts["unparseable"] += trace.answer is None
+        counts["unparseable"] += trace.pred is None
         for task, value in ((t, trace.tasks.get(t)) for t in TRACE_TASKS):
             if value is not None:
                 pred[task][i, c.sample] = _stored(value)
-        if trace.answer is not None:
-            pred["main"][i, c.sample] = _stored(trace.answer)
+        if trace.pred is not None:
+            pred["main"][i, c.sample] = _stored(trace.pred)
         if trace.total_line is not None:
             line_visible[i, c.sample], line_hidden[i, c.sample] = trace.total_line[0], trace.total_line[1]
         if trace.self_consistent is not None:

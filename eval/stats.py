@@ -15,19 +15,24 @@ Z95 = 1.96
 
 
 def binomial_se(p: float, n: int) -> float:
-    """``sqrt(p (1 - p) / n)``; NaN when n = 0."""
-    return math.sqrt(p * (1.0 - p) / n) if n > 0 else math.nan
+    """``sqrt(p (1 - p) / n)``; NaN when n = 0 or p is NaN."""
+    return math.sqrt(p * (1.0 - p) / n) if n > 0 and not math.isnan(p) else math.nan
 
 
 def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials; (NaN, NaN) when n = 0."""
+    """Wilson score interval for k successes in n trials, clipped to [0, 1]; (NaN, NaN) when n = 0.
+
+    The project's one Wilson interval (eval metrics, the paper tables, the model card). It is written as the
+    official analysis script writes it, so the paper tables match it bit for bit. ``scipy.stats.binomtest``'s
+    ``proportion_ci("wilson")`` is not used: it takes z from the exact normal quantile (1.95996...), not 1.96.
+    """
     if n <= 0:
         return math.nan, math.nan
     p = k / n
-    denom = 1.0 + z * z / n
+    denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return centre - half, centre + half
+    half = z * math.sqrt((p * (1 - p) + z * z / (4 * n)) / n) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,11 @@ def mcnemar_exact(a: np.ndarray, b: np.ndarray) -> McNemar:
 
 
 def benjamini_hochberg(p_values: np.ndarray | list[float]) -> np.ndarray:
-    """BH-adjusted p-values (step-up, monotone, capped at 1), in the input order. NaN stays NaN."""
+    """BH-adjusted p-values (step-up, monotone, capped at 1), in the input order. NaN stays NaN.
+
+    The project's one Benjamini-Hochberg. ``scipy.stats.false_discovery_control`` refuses NaN and rounds
+    differently in the last bit (it multiplies by ``m / i``), so it is not used.
+    """
     p = np.asarray(p_values, dtype=np.float64)
     out = np.full(p.shape, np.nan)
     valid = np.flatnonzero(~np.isnan(p))

@@ -6,6 +6,9 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from csv import writer as csv_writer
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +141,29 @@ def check_model_source(value: str | Path, what: str) -> str:
     if Path(text).exists() or (not text.startswith((".", "/", "~")) and _HUB_ID.fullmatch(text)):
         return text
     raise FileNotFoundError(f"{what} {text}: no such checkpoint folder (and not a hub id of the form org/name)")
+
+
+# ---------------------------------------------------------------------------------------------- tables
+# The project's one CSV writer and one markdown-table helper.
+
+
+def csv_text(columns: Sequence[str], rows: Iterable[Sequence[object] | Mapping[str, object]],
+             cell: Callable[[object], str] = str) -> str:
+    """The project's one CSV writer: a header row, then each row's values through ``cell``; ``\n`` line ends.
+
+    A row is a sequence in column order, or a mapping read by column name (a missing key is ``None``).
+    """
+    out = StringIO()
+    writer = csv_writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        values = [row.get(c) for c in columns] if isinstance(row, Mapping) else row
+        writer.writerow([cell(v) for v in values])
+    return out.getvalue()
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]], cell: Callable[[object], str] = str) -> str:
+    """The project's one markdown-table helper: a GitHub table of ``rows``, each value through ``cell``."""
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -146,9 +146,9 @@ def trace_self_consistent(answer: int | None, total_line: tuple[int, int, int] |
 class ParsedTrace:
     """What a from-trace completion says."""
 
-    answer: int | None
-    """Object Counting: the answer tag, else the total line, else the last integer."""
-    answer_source: str
+    pred: int | None
+    """The responder's Object Counting answer: the answer tag, else the total line, else the last integer."""
+    pred_source: str
     """``tag``, ``total_line``, ``last_integer`` or ``missing``."""
     tasks: dict[str, int | None] = field(default_factory=dict)
     """Sub-task values from CoT lines 2..9 (last integer on the line), keyed by task id."""
@@ -160,7 +160,7 @@ class ParsedTrace:
     @property
     def self_consistent(self) -> bool | None:
         """Whether the final answer equals the trace's own visible + hidden (:func:`trace_self_consistent`)."""
-        return trace_self_consistent(self.answer, self.total_line)
+        return trace_self_consistent(self.pred, self.total_line)
 
 
 COT_WINDOW = 16 * 1024

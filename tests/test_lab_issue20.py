@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
 from spatialiq_train.errors import UserError
-from spatialiq_train.lab.report import _num
+from spatialiq_train.lab.report import cell3
 from spatialiq_train.lab.scoring import parse_reward_item, parse_reward_list
 from spatialiq_train.tasks import fill_cot_template
 
@@ -76,4 +76,5 @@ def test_parameterised_rewards_from_the_command_line(tmp_path: Path) -> None:
 
 
 def test_no_negative_zero_is_printed() -> None:
-    assert _num(-0.0001) == "0.000" and _num(-0.0) == "0.000" and _num(-0.25) == "-0.250" and _num(math.nan) == "n/a"
+    assert cell3(-0.0001) == "0.000" and cell3(-0.0) == "0.000" and cell3(-0.25) == "-0.250"
+    assert cell3(math.nan) == "n/a"

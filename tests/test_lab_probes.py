@@ -35,7 +35,7 @@ def test_answer_only_and_constant() -> None:
 
 def test_wrong_lines_keeps_only_the_answer_right() -> None:
     trace = parse_trace(_probe("wrong_lines"))
-    assert trace.answer == 14 and trace.answer_source == "tag"
+    assert trace.pred == 14 and trace.pred_source == "tag"
     assert all(trace.tasks[t] == GT[t] + 1 for t in LINES)
     assert trace.hidden == GT["num_hidden_blocks"] + 1
     assert trace.total_line == (12, 4, 14)
@@ -44,7 +44,7 @@ def test_wrong_lines_keeps_only_the_answer_right() -> None:
 
 def test_visible_only_counts_the_visible_blocks_and_adds_up() -> None:
     trace = parse_trace(_probe("visible_only"))
-    assert trace.answer == 11 and trace.total_line == (11, 0, 11) and trace.hidden == 0
+    assert trace.pred == 11 and trace.total_line == (11, 0, 11) and trace.hidden == 0
     assert trace.tasks["task8"] == 0 and all(trace.tasks[t] == GT[t] for t in LINES if t != "task8")
     assert _probe("visible_only", {**GT, "num_hidden_blocks": 0, "task8": 0, "task_main": 11}) is None
 
@@ -56,7 +56,7 @@ def test_double_tag_padded_and_consistent_wrong() -> None:
     assert len(padded) == PAD_CHARS + 1 + len(faithful_trace(GT)) and padded.endswith(faithful_trace(GT))
     assert len(padded[:PAD_CHARS].encode()) == 50_000 and not any(c.isdigit() for c in padded[:PAD_CHARS])
     trace = parse_trace(_probe("consistent_wrong"))
-    assert trace.answer == 15 and trace.total_line == (11, 4, 15) and trace.hidden == 4 and trace.self_consistent
+    assert trace.pred == 15 and trace.total_line == (11, 4, 15) and trace.hidden == 4 and trace.self_consistent
     assert all(trace.tasks[t] == GT[t] for t in LINES)
 
 

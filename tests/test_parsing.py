@@ -99,7 +99,7 @@ def test_parse_trace_reads_every_line() -> None:
     gt = dict(task1="blocks", task2=4, task3=8, task4=2, task5=11, task6=3, task7=3, task8=1, task9=3,
               num_hidden_blocks=1, task_main=12)
     parsed = parse_trace(fill_cot_template(gt))
-    assert parsed.answer == 12 and parsed.answer_source == "tag"
+    assert parsed.pred == 12 and parsed.pred_source == "tag"
     assert parsed.tasks == {k: gt[k] for k in ("task3", "task4", "task2", "task9", "task5", "task7", "task6", "task8")}
     assert parsed.hidden == 1 and parsed.total_line == (11, 1, 12) and parsed.self_consistent is True
 
@@ -173,7 +173,7 @@ _COT_TEXT = st.one_of(
 @given(text=_COT_TEXT)
 def test_parse_trace_equals_its_first_implementation(text: str) -> None:
     got = parse_trace(text)
-    assert (got.answer, got.answer_source, got.tasks, got.hidden, got.total_line) == ref_parse_trace(text)
+    assert (got.pred, got.pred_source, got.tasks, got.hidden, got.total_line) == ref_parse_trace(text)
 
 
 def test_cot_lines_are_read_from_the_window_only() -> None:
@@ -183,7 +183,7 @@ def test_cot_lines_are_read_from_the_window_only() -> None:
     late = "x\n" * (COT_WINDOW // 2) + lines
     parsed = parse_trace(late)
     assert parsed.tasks["task3"] is None and parsed.total_line is None
-    assert parsed.answer == 3 and parsed.answer_source == "last_integer"  # the fallbacks still read everything
+    assert parsed.pred == 3 and parsed.pred_source == "last_integer"  # the fallbacks still read everything
     early = "2) The number of columns in the object structure is: 7.\n" + "x\n" * COT_WINDOW
     assert parse_trace(early).tasks["task3"] == 7
 
@@ -212,16 +212,16 @@ EX_GT = dict(task1="blocks", task2=4, task3=8, task4=2, task5=11, task6=3, task7
 
 def _answer(text: str) -> tuple[int | None, str]:
     official = parse_trace_official(text)
-    return official.answer, official.answer_source
+    return official.pred, official.pred_source
 
 
 def test_official_two_answer_tags_first_integer_tag_wins() -> None:
     text = "<answer>5</answer> on reflection <answer>7</answer>"
     assert _answer(text) == (5, "tag")
-    assert parse_trace(text).answer == 7  # strict: the last tag
+    assert parse_trace(text).pred == 7  # strict: the last tag
     later = "<answer>12</answer> then <answer>11.0</answer>"
     assert _answer(later) == (12, "tag")
-    assert parse_trace(later).answer == 0  # strict: the last tag, read by its last integer
+    assert parse_trace(later).pred == 0  # strict: the last tag, read by its last integer
     skip = "<answer>11.0</answer> <answer> 9 </answer>"  # the first tag holding an integer
     assert _answer(skip) == (9, "tag")
 
@@ -229,7 +229,7 @@ def test_official_two_answer_tags_first_integer_tag_wins() -> None:
 def test_official_non_integer_tag_falls_back_to_the_total_line() -> None:
     trace = fill_cot_template(EX_GT).replace("<answer>12</answer>", "<answer>11.0</answer>")
     assert _answer(trace) == (12, "total_line")
-    assert parse_trace(trace).answer == 0 and parse_trace(trace).answer_source == "tag"
+    assert parse_trace(trace).pred == 0 and parse_trace(trace).pred_source == "tag"
     loose = "<think>\nTHE  TOTAL IS\n9+2 =  11.\n</think>\n<answer>eleven</answer>"  # any case, any spacing
     assert _answer(loose) == (11, "total_line")
     assert parse_trace(loose).total_line is None
@@ -240,7 +240,7 @@ def test_official_missing_tag_uses_total_line_then_last_integer_outside_think() 
     assert _answer(trace) == (12, "total_line")
     assert _answer("<think>I see 3 columns</think>so four, 4 blocks") == (4, "last_integer")
     assert _answer("<think>I see 3 columns</think><answer>eleven</answer>") == (None, "missing")
-    assert parse_trace("<think>I see 3 columns</think><answer>eleven</answer>").answer == 3  # strict reads think
+    assert parse_trace("<think>I see 3 columns</think><answer>eleven</answer>").pred == 3  # strict reads think
     assert _answer("1<think>2") == (2, "last_integer")  # an unclosed think span is kept, tag text and all
     assert _answer("7<|end_of_box|>5") == (75, "last_integer")  # box tokens removed before the search
     assert _answer("") == (None, "missing") and _answer(None) == (None, "missing")  # type: ignore[arg-type]
@@ -248,7 +248,7 @@ def test_official_missing_tag_uses_total_line_then_last_integer_outside_think() 
 
 def test_official_answer_tag_is_case_insensitive_and_unicode() -> None:
     assert _answer("<ANSWER>7</Answer>") == (7, "tag")
-    assert parse_trace("<ANSWER>7</Answer>").answer_source == "last_integer"  # strict: exact-case tags only
+    assert parse_trace("<ANSWER>7</Answer>").pred_source == "last_integer"  # strict: exact-case tags only
     assert _answer("<answer>\u0661\u0662</answer>") == (12, "tag")  # Python's \d, as the official script
     assert _answer("<answer>" + "9" * 30 + "</answer>") == (int("9" * 30), "tag")  # no digit cap
     huge = "<answer>" + "9" * 5000 + "</answer>"

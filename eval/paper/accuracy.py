@@ -11,12 +11,11 @@ import math
 
 import numpy as np
 
-from eval.hierarchy import Convention, edge_integrity, referential_chain, residuals
+from eval.hierarchy import Convention, check_convention, summary_row
 from eval.paper.common import (
     QUERY_TEXT,
     TASK_COLUMNS,
     Group,
-    binom_se,
     cut,
     display_name,
     mean_ignore_nan,
@@ -24,9 +23,9 @@ from eval.paper.common import (
     paper_task_id,
     present,
     task_name,
-    wilson,
 )
 from eval.rawcsv import ResponderTable
+from eval.stats import binomial_se, wilson_interval
 
 Row = dict[str, object]
 OBJECT_ORDER: tuple[str, ...] = ("cube", "factory_box", "soup_can", "spam")
@@ -42,15 +41,12 @@ FACTORS: dict[str, str] = {"total_blocks": "Number of objects", "num_hidden_bloc
                            "num_layers": "Number of layers", "num_columns": "Number of columns",
                            "fill_ratio": "Fill ratio"}
 """Difficulty factors of Table 9 and their display names, in the table's order."""
-CHAIN = (("task2", "task6"), ("task6", "task7"))
-VISIBLE_SUPPORT = (("task3", "task5"), ("task4", "task5"))
-HIDDEN_SUPPORT = (("task3", "task8"), ("task7", "task8"))
 
 
 def _count_row(values: np.ndarray) -> tuple[float, int, int, float, float]:
     vals = present(values)
     n, k = int(vals.size), int(vals.sum())
-    lo, hi = wilson(k, n)
+    lo, hi = wilson_interval(k, n)
     return (k / n if n else math.nan), k, n, lo, hi
 
 
@@ -67,7 +63,7 @@ def task_accuracy_rows(group: Group) -> list[Row]:
             rows.append({
                 "group": group.name, "model": model, "display_name": display_name(model),
                 "task": paper_task_id(task), "source_task": task, "task_name": task_name(task), "accuracy": acc,
-                "n_correct": k, "n_incorrect": n - k, "n": n, "binom_se": binom_se(acc, n), "ci_low_wilson": lo,
+                "n_correct": k, "n_incorrect": n - k, "n": n, "binom_se": binomial_se(acc, n), "ci_low_wilson": lo,
                 "ci_high_wilson": hi, "chance_level": None, "chance_adjusted_accuracy": acc,
                 "chance_adjusted_ci_low": lo, "chance_adjusted_ci_high": hi, "above_chance_p": None,
             })
@@ -80,20 +76,13 @@ def task_accuracy_rows(group: Group) -> list[Row]:
     return sorted(rows, key=key)
 
 
-def convention(group: str, responder_group: str | None) -> Convention:
-    """Trained rows of Table 4 condition on the prerequisite; Table 1 and Table 4's human row (a responder of
-    group ``both``) on the dependent."""
-    if group == "trained_text" and responder_group == "trained_text":
-        return "dependent_given_prerequisite"
-    return "prerequisite_given_dependent"
-
-
-def support(table: ResponderTable, edges: tuple[tuple[str, str], ...], conv: Convention) -> float:
-    """Mean of the edges' conditionals; P|C: undefined if any edge is, C|P: undefined edges skipped."""
-    values = [edge_integrity(table, p, c, conv) for p, c in edges]
-    if conv == "dependent_given_prerequisite":
-        return mean_ignore_nan(values)
-    return math.nan if any(math.isnan(v) for v in values) else float(np.mean(values))
+def convention_for(group: str | None, override: str | None = None) -> Convention:
+    """The conditional convention the published tables use for a responder of ``group`` (or ``override``): trained
+    rows of Table 4 condition on the prerequisite; Table 1 and Table 4's human row (a responder of group ``both``)
+    on the dependent."""
+    if override is not None:
+        return check_convention(override)
+    return "dependent_given_prerequisite" if group == "trained_text" else "prerequisite_given_dependent"
 
 
 def summary_rows(group: Group, accuracy_rows: list[Row]) -> list[Row]:
@@ -103,19 +92,12 @@ def summary_rows(group: Group, accuracy_rows: list[Row]) -> list[Row]:
         acc.setdefault(str(row["model"]), {})[str(row["source_task"])] = float(row["accuracy"])  # type: ignore[arg-type]
     rows: list[Row] = []
     for model in sorted(acc):
-        table, conv, a = group.tables[model], convention(group.name, group.tables[model].group), acc[model]
-        _, res = residuals(table)
-        rows.append({
-            "model": model, "display_name": display_name(model), "object_count": a.get("main", math.nan),
-            "visible_count": a.get("task5", math.nan), "hidden_count": a.get("task8", math.nan),
-            "referential_chain": referential_chain(table, conv) if conv == "prerequisite_given_dependent"
-            else support(table, CHAIN, conv),
-            "visible_support": support(table, VISIBLE_SUPPORT, conv),
-            "hidden_support": support(table, HIDDEN_SUPPORT, conv),
-            "summation_mechanism": float((res == 0).mean()) if res.size else math.nan,
-            "mental_rotation_mean": mean_ignore_nan([a.get("task10", math.nan), a.get("task11", math.nan)]),
-            "convention": conv,
-        })
+        table, a = group.tables[model], acc[model]
+        conv = convention_for(table.group)
+        rows.append({"model": model, "display_name": display_name(model), **summary_row(table, conv),
+                     # the official mean: of whichever rotation task was answered (eval.hierarchy wants both)
+                     "mental_rotation_mean": mean_ignore_nan([a.get("task10", math.nan), a.get("task11", math.nan)]),
+                     "convention": conv})
     return sorted(rows, key=lambda r: (math.isnan(r["object_count"]), -np.nan_to_num(r["object_count"])))
 
 
@@ -149,7 +131,7 @@ def _bin_row(group: Group, model: str, prefix: dict[str, object], values: np.nda
     if n == 0:
         return None
     return {"group": group.name, "model": model, "display_name": display_name(model), **prefix, "accuracy": acc,
-            "n_correct": k, "n_incorrect": n - k, "n": n, "binom_se": binom_se(acc, n), "ci_low_wilson": lo,
+            "n_correct": k, "n_incorrect": n - k, "n": n, "binom_se": binomial_se(acc, n), "ci_low_wilson": lo,
             "ci_high_wilson": hi, "chance_adjusted_accuracy": acc, "chance_adjusted_ci_low": lo,
             "chance_adjusted_ci_high": hi}
 

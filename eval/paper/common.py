@@ -10,8 +10,6 @@ several tables depend on it (pooled row order feeds the seeded permutation and b
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -169,21 +167,6 @@ def object_types(table: ResponderTable) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------- statistics
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval clipped to [0, 1]; NaN when n = 0."""
-    if n <= 0:
-        return math.nan, math.nan
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt((p * (1 - p) + z * z / (4 * n)) / n) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def binom_se(p: float, n: int) -> float:
-    return math.sqrt(p * (1 - p) / n) if n > 0 and not math.isnan(p) else math.nan
-
-
 def mean_ignore_nan(values: Iterable[float]) -> float:
     arr = np.asarray(list(values), dtype=np.float64)
     arr = arr[np.isfinite(arr)]
@@ -248,7 +231,8 @@ def cut(values: np.ndarray, edges: Sequence[float], labels: Sequence[str]) -> np
 # ---------------------------------------------------------------------------------------------- CSV text
 
 
-def _fmt(value: object) -> str:
+def full_precision(value: object) -> str:
+    """A CSV cell as the official tables write it: floats at full precision (repr), NaN and None empty."""
     if value is None:
         return ""
     if isinstance(value, (bool, np.bool_)):
@@ -256,13 +240,3 @@ def _fmt(value: object) -> str:
     if isinstance(value, (float, np.floating)):
         return "" if math.isnan(value) else repr(float(value))
     return str(value)
-
-
-def csv_text(rows: Iterable[dict[str, object]], columns: Sequence[str]) -> str:
-    """Rows as CSV with a fixed column order; floats at full precision (repr), NaN and None empty."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([_fmt(row.get(c)) for c in columns])
-    return out.getvalue()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from eval.paper.common import Group, csv_text, make_group
+from eval.paper.common import Group, full_precision, make_group
 from eval.paper.registry import TABLES, Row, TableSpec
 from eval.rawcsv import ResponderTable
-from spatialiq_train.io import atomic_write_text
+from spatialiq_train.io import atomic_write_text, csv_text
 
 
 def build_tables(tables: dict[str, ResponderTable], names: list[str] | None = None,
@@ -47,7 +47,7 @@ def write_tables(tables: dict[str, ResponderTable], out_dir: str | Path, figures
     built = build_tables(tables)
     for spec in TABLES:
         path = out / "tables" / f"{spec.name}.csv"
-        atomic_write_text(path, csv_text(built[spec.name], spec.columns))
+        atomic_write_text(path, csv_text(spec.columns, built[spec.name], full_precision))
         written.append(path)
     if figures:
         from eval.paper.figures import draw

@@ -179,7 +179,7 @@ def score(
     from eval.completions import load_for_scoring
     from eval.groups import check_group
     from eval.hierarchy import check_convention
-    from eval.paper_tables import convention_for
+    from eval.paper.accuracy import convention_for
     from eval.scenes import find_scenes
     from spatialiq_train.errors import UserError
 

@@ -7,8 +7,6 @@ Column definitions: docs/rewards.md, "Running a reward experiment".
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from reward.registry import RewardFn
-from spatialiq_train.io import atomic_write_text
+from spatialiq_train.io import atomic_write_text, csv_text
 from spatialiq_train.lab import stats
 from spatialiq_train.lab.probes import PROBES, probe_texts
 from spatialiq_train.lab.scoring import column_names, gt_columns, score_all, score_batch
@@ -123,25 +121,17 @@ def fmt(value: object) -> str:
     return str(value)
 
 
-def csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows([fmt(v) for v in row] for row in rows)
-    return buf.getvalue()
-
-
 def rewards_csv(result: Analysis) -> str:
     t = result.table
     views = t.views()
     cols = [result.scores[n] for n in result.columns]
     rows = [(views[i], int(t.sample[i]), int(t.exact_match[i]), float(t.abs_error[i]), int(t.subtasks_correct[i]),
              float(t.self_consistent[i]), *(float(c[i]) for c in cols)) for i in range(len(views))]
-    return csv_text([*ROW_COLUMNS, *result.columns], rows)
+    return csv_text([*ROW_COLUMNS, *result.columns], rows, fmt)
 
 
 def summary_csv(result: Analysis) -> str:
-    return csv_text(SUMMARY_COLUMNS, [[row[c] for c in SUMMARY_COLUMNS] for row in result.summary])
+    return csv_text(SUMMARY_COLUMNS, [[row[c] for c in SUMMARY_COLUMNS] for row in result.summary], fmt)
 
 
 def write_analysis(result: Analysis, out: str | Path, meta: dict[str, object]) -> Path:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from eval.report import figure_png, markdown_table
-from spatialiq_train.io import atomic_write_bytes, atomic_write_text
+from eval.report import figure_png
+from spatialiq_train.io import atomic_write_bytes, atomic_write_text, markdown_table
 from spatialiq_train.lab.probes import PROBES
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ MAX_ERROR_BIN = 10
 PNG_DPI = 100
 
 
-def _num(value: Any) -> str:
+def cell3(value: Any) -> str:
     """Floats to 3 decimals (a value that rounds to zero prints ``0.000``, never ``-0.000``), NaN as ``n/a``."""
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -34,11 +33,6 @@ def _num(value: Any) -> str:
         text = f"{value:.3f}"
         return text[1:] if text.startswith("-") and float(text) == 0 else text
     return str(value)
-
-
-def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """:func:`eval.report.markdown_table` of ``rows`` with floats to 3 decimals and NaN as ``n/a``."""
-    return markdown_table(header, [[_num(v) for v in row] for row in rows])
 
 
 def _axes(n: int) -> tuple[Any, Any]:
@@ -142,13 +136,13 @@ def markdown(result: Analysis, meta: dict[str, object]) -> str:
     parts = ["# Reward analysis", ""]
     parts += [f"- {key}: {value}" for key, value in meta.items()]
     parts += [f"- completions: {len(t.texts)} over {len(t.scenes)} views (k = {t.k}); exact match "
-              f"{_num(float(t.exact_match.mean()))}, faithful {_num(float(t.faithful.mean()))}",
+              f"{cell3(float(t.exact_match.mean()))}, faithful {cell3(float(t.faithful.mean()))}",
               f"- left out: {', '.join(f'{n} {why}' for why, n in t.skipped.items())}",
               f"- reward errors (samples scored 0 after an exception): {result.errors or 'none'}", *notes(result), "",
-              "## Summary", "", md_table(head, [[row[c] for c in head] for row in result.summary]), "",
+              "## Summary", "", markdown_table(head, [[row[c] for c in head] for row in result.summary], cell3), "",
               "## Gaming probes (mean payout relative to the faithful trace; 1.0 = pays as much; for a reference "
               "with a negative mean, see the note above)", "",
-              md_table(probe_cols, [[row[c] for c in probe_cols] for row in result.summary]), "",
+              markdown_table(probe_cols, [[row[c] for c in probe_cols] for row in result.summary], cell3), "",
               "Probe definitions: lab/probes.py and docs/rewards.md.", "", "## Plots", ""]
     parts += [f"![{title}]({name})\n" for name, title in PLOTS]
     return "\n".join(parts)

@@ -16,9 +16,9 @@ import numpy as np
 import yaml
 
 from eval.hierarchy import SUMMARY_COLUMNS
-from spatialiq_train.io import atomic_write_bytes, atomic_write_text, read_json
-from spatialiq_train.lab.analyze import csv_text
-from spatialiq_train.lab.report import md_table
+from spatialiq_train.io import atomic_write_bytes, atomic_write_text, csv_text, markdown_table, read_json
+from spatialiq_train.lab.analyze import fmt
+from spatialiq_train.lab.report import cell3
 from spatialiq_train.lab.sweep import Sweep, Variant
 
 RESULT_COLUMNS: tuple[str, ...] = (
@@ -146,7 +146,7 @@ def write_sweep_report(sweep: Sweep, out: str | Path) -> Path:
     out = Path(out)
     rows, logs = collect(sweep)
     header = ["variant", "status", *sweep.varied, *RESULT_COLUMNS]
-    atomic_write_text(out / "sweep.csv", csv_text(header, [[r.get(c, math.nan) for c in header] for r in rows]))
+    atomic_write_text(out / "sweep.csv", csv_text(header, [[r.get(c, math.nan) for c in header] for r in rows], fmt))
     atomic_write_bytes(out / "curves.png", plot_curves(logs))
     done = sum(r["status"] == "finished" for r in rows)
     first = sweep.variants[0].name if sweep.variants else "n/a"
@@ -156,6 +156,7 @@ def write_sweep_report(sweep: Sweep, out: str | Path) -> Path:
         f"- evaluated on: {sweep.eval.data} (split {sweep.eval.split})",
         f"- McNemar (exact, Object Counting acc@1 sample) against the first variant {first}; p_bh: "
         "Benjamini-Hochberg over the comparisons made", "",
-        md_table(header, [[r.get(c) for c in header] for r in rows]), "", "![learning curves](curves.png)", ""])
+        markdown_table(header, [[r.get(c) for c in header] for r in rows], cell3), "",
+        "![learning curves](curves.png)", ""])
     atomic_write_text(out / "report.md", text)
     return out / "report.md"

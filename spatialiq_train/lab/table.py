@@ -24,8 +24,8 @@ import numpy as np
 
 from eval.completions import Completion, Key
 from eval.rawcsv import META_COLUMNS, ResponderTable
-from eval.scenes import Scene
 from eval.score import TRACE_TASKS
+from spatialiq_train.dataset import View
 from spatialiq_train.errors import UserError
 from spatialiq_train.parsing import ParsedTrace, ParseRule, trace_parser
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 class CompletionTable:
     """One row per scored completion (flat arrays of equal length) and the views they belong to."""
 
-    scenes: list[Scene]
+    scenes: list[View]
     """Views with at least one completion, in the order of the data root."""
     row_view: np.ndarray
     """Index into ``scenes`` per row."""
@@ -66,9 +66,9 @@ class CompletionTable:
 
 def trace_facts(trace: ParsedTrace, gt: Mapping[str, object]) -> tuple[float, float, int, float, bool, bool]:
     """(exact_match, abs_error, subtasks_correct, self_consistent, faithful, complete) of one parsed trace (pure)."""
-    answer, truth = trace.answer, int(gt["task_main"])  # type: ignore[call-overload]
-    correct = answer is not None and answer == truth
-    abs_error = float(abs(answer - truth)) if answer is not None else float("nan")
+    pred, truth = trace.pred, int(gt["task_main"])  # type: ignore[call-overload]
+    correct = pred is not None and pred == truth
+    abs_error = float(abs(pred - truth)) if pred is not None else float("nan")
     lines_ok = sum(trace.tasks.get(t) is not None and trace.tasks.get(t) == gt.get(t) for t in TRACE_TASKS)
     consistent = trace.self_consistent
     sc = float("nan") if consistent is None else float(consistent)
@@ -77,7 +77,7 @@ def trace_facts(trace: ParsedTrace, gt: Mapping[str, object]) -> tuple[float, fl
     return float(correct), abs_error, lines_ok, sc, faithful, complete
 
 
-def build_table(scenes: Sequence[Scene], completions: Mapping[Key, Completion], k: int, parse: ParseRule = "official",
+def build_table(scenes: Sequence[View], completions: Mapping[Key, Completion], k: int, parse: ParseRule = "official",
                 source: object = "--completions") -> CompletionTable:
     """Parse the first ``k`` Object Counting completions of every known view; a UserError when none matches."""
     parse_trace = trace_parser(parse)

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from eval.stats import wilson_interval
+from spatialiq_train.io import markdown_table
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.recipes import flatten
 from spatialiq_train.tasks import build_prompt
@@ -183,8 +184,7 @@ def _training_section(inputs: CardInputs) -> list[str]:
         f" (keys read only by a phase that did not run are left out; the run's phases: {', '.join(inputs.phases)})"
     lines += ["", f"Hyperparameters that differ from {base}{unread}:", ""]
     if diffs:
-        lines += ["| key | base | this run |", "| --- | --- | --- |"]
-        lines += [f"| `{k}` | {_fmt(b)} | {_fmt(r)} |" for k, b, r in diffs]
+        lines.append(markdown_table(["key", "base", "this run"], [(f"`{k}`", _fmt(b), _fmt(r)) for k, b, r in diffs]))
     else:
         lines.append("none.")
     return lines
@@ -238,12 +238,12 @@ def _usage_section(repo: str, trace_kind: str | None) -> list[str]:
             "`spatialiq eval score`."]
 
 
-def _eval_line(row: EvalRow) -> str:
+def _eval_cells(row: EvalRow) -> tuple[str, str, str, str]:
     if row.n is None or row.successes is None:
         why = "a mean of conditional accuracies, no single n" if row.n is None else "not a proportion over n"
-        return f"| {row.metric} | {row.value:.4f} | {row.n if row.n is not None else '—'} | — ({why}) |"
+        return row.metric, f"{row.value:.4f}", str(row.n if row.n is not None else "—"), f"— ({why})"
     lo, hi = row.interval()
-    return f"| {row.metric} | {row.value:.4f} | {row.n} | [{lo:.4f}, {hi:.4f}] |"
+    return row.metric, f"{row.value:.4f}", str(row.n), f"[{lo:.4f}, {hi:.4f}]"
 
 
 def _eval_section(metrics: dict[str, Any] | None) -> list[str]:
@@ -256,8 +256,7 @@ def _eval_section(metrics: dict[str, Any] | None) -> list[str]:
               f"{metrics.get('scenes')} scenes, hierarchy convention `{metrics.get('convention', '?')}`. "
               "n is each metric's own denominator as the metrics file counts it; intervals are 95% Wilson intervals "
               "of the success count over that n.", "",
-              "| metric | value | n | 95% Wilson |", "| --- | --- | --- | --- |"]
-    lines += [_eval_line(row) for row in eval_rows(metrics)]
+              markdown_table(["metric", "value", "n", "95% Wilson"], [_eval_cells(row) for row in eval_rows(metrics)])]
     return lines
 
 
