@@ -78,9 +78,8 @@ def test_resume_from_a_checkpoint_the_training_loop_would_write(tmp_path: Path, 
     """A fresh run to GPU placement; then step_10 saved the way ``grpo_train`` saves it (``CheckpointManager``,
     the training info, the data loader's state); the rerun resumes from it through the real set-up, and a
     checkpoint of another recipe is refused before any of that."""
-    import torch
-
     import ray
+    import torch
 
     config = _config(tmp_path)
     with pytest.raises(PlacementReached):
