@@ -36,7 +36,7 @@ def check_disjoint(traces_dir: str | Path, split_a: str, split_b: str) -> None:
     if shared:
         raise ValueError(
             f"{traces_dir}: splits {split_a!r} and {split_b!r} share {len(shared)} structures (e.g. {shared[0]}); "
-            "DAPO-tight needs disjoint partitions (data_gen.splits.partition_of)"
+            "DAPO-tight needs disjoint partitions (spatialiq_train.splits.partition_of)"
         )
 
 
