@@ -160,8 +160,8 @@ class ValidationSection(_Section):
 
 
 class _PhaseSection(_Section):
-    """A training phase: its optimizer and validation. Optimizer keys written flat (`rl.learning_rate`, the
-    spelling before the optimizer section) still load, into `rl.optimizer`, and still read as attributes."""
+    """A training phase: its optimizer (``sft.optimizer``, ``rl.optimizer``; the phase's own defaults under the
+    recipe's keys) and its validation."""
 
     OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {}
     optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
@@ -169,24 +169,10 @@ class _PhaseSection(_Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _optimizer_keys(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
+    def _optimizer_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("optimizer", {}), dict):
             return data
-        data = dict(data)
-        flat = {key: data.pop(key) for key in list(data) if key in OPTIMIZER_KEYS}
-        nested = data.get("optimizer", {})
-        if not isinstance(nested, dict):
-            return data if not flat else {**data, "optimizer": nested}
-        both = sorted(flat.keys() & nested.keys())
-        if both:
-            raise ValueError(f"{both[0]} is set twice, flat and under optimizer; keep optimizer.{both[0]}")
-        data["optimizer"] = {**cls.OPTIMIZER_DEFAULTS, **flat, **nested}
-        return data
-
-    def __getattr__(self, name: str) -> Any:
-        if name in OPTIMIZER_KEYS:
-            return getattr(self.optimizer, name)
-        return super().__getattr__(name)  # type: ignore[misc]
+        return {**data, "optimizer": {**cls.OPTIMIZER_DEFAULTS, **data.get("optimizer", {})}}
 
 
 class SFTSection(_PhaseSection):
@@ -250,7 +236,8 @@ class RLSection(_PhaseSection):
         per_device = opt.per_device_train_batch_size * (self.steps_per_generation or opt.gradient_accumulation_steps)
         if per_device % self.num_generations:
             raise ValueError(
-                f"rl.per_device_train_batch_size x rl.steps_per_generation (default: gradient_accumulation_steps) = "
+                f"rl.optimizer.per_device_train_batch_size x rl.steps_per_generation (default: "
+                f"rl.optimizer.gradient_accumulation_steps) = "
                 f"{per_device} must be a multiple of rl.num_generations = {self.num_generations}: each device "
                 "generates whole groups (needed by dynamic sampling)"
             )

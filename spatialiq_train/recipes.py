@@ -44,14 +44,6 @@ class RecipeError(InputError):
     """A recipe file or override is invalid; the message names the file, key path and what would be right."""
 
 
-MOVED_KEYS: dict[tuple[str, str], str] = {
-    ("rl", "use_vllm"): "vllm.enabled",
-    ("rl", "vllm_mode"): "vllm.mode",
-    ("rl", "vllm_gpu_memory_utilization"): "vllm.gpu_memory_utilization",
-}
-"""Keys of older recipes that now live elsewhere: loading one is an error naming the new spelling."""
-
-
 class Recipe(_Section):
     name: str
     description: str = ""
@@ -90,39 +82,35 @@ class Recipe(_Section):
 
 
 def _fields_at(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
-    """Valid keys of the section at `path` (empty when `path` leaves the typed sections); a phase section also
-    accepts its optimizer keys written flat."""
+    """Valid keys of the section at `path` (empty when `path` leaves the typed sections)."""
     current: type[BaseModel] | None = model
     for key in path:
         if current is None or not isinstance(key, str) or key not in current.model_fields:
             return []
         annotation = current.model_fields[key].annotation
         current = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-    if current is None:
-        return []
-    flat = list(OPTIMIZER_KEYS) if issubclass(current, _PhaseSection) else []
-    return [*current.model_fields, *flat]
+    return [] if current is None else list(current.model_fields)
 
 
-def _as_written(loc: tuple[str | int, ...], data: dict[str, Any]) -> str:
-    """The key path as the recipe spelled it: `sft.max_steps` for a flat optimizer key, else the model's path."""
-    path = ".".join(str(p) for p in loc)
-    if len(loc) >= 3 and loc[1] == "optimizer" and loc[0] in ("sft", "rl"):
-        section = data.get(str(loc[0]))
-        if isinstance(section, dict) and loc[2] in section:
-            return ".".join(str(p) for p in (loc[0], *loc[2:]))
-    return path
+def _hint(loc: tuple[str | int, ...], valid: list[str]) -> str:
+    """`did you mean ...?` for an unknown key: the nearest valid key; under a phase, the optimizer keys count too
+    (`rl.learning_rate` is `rl.optimizer.learning_rate`)."""
+    prefix = "".join(f"{p}." for p in loc[:-1])
+    candidates = {key: f"{prefix}{key}" for key in valid}
+    if len(loc) == 2 and loc[0] in ("sft", "rl"):
+        candidates |= {key: f"{prefix}optimizer.{key}" for key in OPTIMIZER_KEYS if key not in candidates}
+    near = difflib.get_close_matches(str(loc[-1]), list(candidates), n=1, cutoff=0.5)
+    return f"did you mean '{candidates[near[0]]}'?" if near else ""
 
 
-def _describe(exc: ValidationError, source: str, data: dict[str, Any] | None = None) -> str:
+def _describe(exc: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid recipe"]
     for err in exc.errors():
         loc = tuple(err["loc"])
-        path = _as_written(loc, data or {})
+        path = ".".join(str(p) for p in loc)
         if err["type"] == "extra_forbidden":
             valid = _fields_at(Recipe, loc[:-1])
-            near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            hint = f"did you mean '{'.'.join([*map(str, loc[:-1]), near[0]])}'?" if near else ""
+            hint = _hint(loc, valid)
             lines.append(f"  unknown key '{path}' {hint} (valid keys here: {', '.join(valid)})")
         else:
             got = err.get("input")
@@ -133,19 +121,13 @@ def _describe(exc: ValidationError, source: str, data: dict[str, Any] | None = N
     return "\n".join(lines)
 
 
-def _moved_keys(data: dict[str, Any], source: str) -> None:
-    for (section, key), new in MOVED_KEYS.items():
-        if isinstance(data.get(section), dict) and key in data[section]:
-            raise RecipeError(f"{source}: key '{section}.{key}' has moved: write '{new}' instead")
-
-
 # --- loading ----------------------------------------------------------------------------------------------------
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """`rl.learning_rate=1e-6` -> (["rl", "learning_rate"], 1e-6); the value goes through yaml.safe_load."""
+    """`rl.optimizer.learning_rate=1e-6` -> (["rl", "learning_rate"], 1e-6); the value goes through yaml.safe_load."""
     if "=" not in text:
-        raise RecipeError(f"override {text!r}: expected KEY.PATH=VALUE, e.g. rl.learning_rate=1e-6")
+        raise RecipeError(f"override {text!r}: expected KEY.PATH=VALUE, e.g. rl.optimizer.learning_rate=1e-6")
     key, _, raw = text.partition("=")
     parts = [p for p in key.strip().split(".") if p]
     if not parts:
@@ -168,9 +150,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def set_key(data: dict[str, Any], parts: list[str], value: Any, what: str) -> None:
     """Set the key path ``parts`` of ``data`` to an already parsed ``value``, in place: sections are created as
-    needed, the key's whole value is replaced, and the other spelling of an optimizer key is dropped
-    (``rl.learning_rate`` replaces ``rl.optimizer.learning_rate``, and the reverse). ``what`` names the setting
-    in the RecipeError raised when a section on the path is a value."""
+    needed and the key's whole value is replaced. ``what`` names the setting in the RecipeError raised when a
+    section on the path is a value."""
     node = data
     for i, part in enumerate(parts[:-1]):
         child = node.setdefault(part, {})
@@ -178,36 +159,15 @@ def set_key(data: dict[str, Any], parts: list[str], value: Any, what: str) -> No
             raise RecipeError(f"{what}: '{'.'.join(parts[: i + 1])}' is a value, not a section")
         node = child
     node[parts[-1]] = value
-    _drop_other_spelling(data, parts)
-
-
-def canonical_key(key: str) -> str:
-    """The dotted key as the validated recipe holds it: ``rl.learning_rate`` -> ``rl.optimizer.learning_rate``."""
-    parts = key.split(".")
-    if len(parts) == 2 and parts[0] in ("sft", "rl") and parts[1] in OPTIMIZER_KEYS:
-        return f"{parts[0]}.optimizer.{parts[1]}"
-    return key
-
-
-def _drop_other_spelling(data: dict[str, Any], parts: list[str]) -> None:
-    """An override of `rl.learning_rate` replaces `rl.optimizer.learning_rate` in the file, and the reverse."""
-    if parts[0] not in ("sft", "rl") or parts[-1] not in OPTIMIZER_KEYS or not isinstance(data.get(parts[0]), dict):
-        return
-    section = data[parts[0]]
-    if parts[1:] == [parts[-1]] and isinstance(section.get("optimizer"), dict):
-        section["optimizer"].pop(parts[-1], None)
-    elif parts[1:] == ["optimizer", parts[-1]]:
-        section.pop(parts[-1], None)
 
 
 def recipe_from_dict(data: dict[str, Any], source: str = "<recipe>") -> Recipe:
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: a recipe is a YAML mapping, got {type(data).__name__}")
-    _moved_keys(data, source)
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
-        raise RecipeError(_describe(exc, source, data)) from None
+        raise RecipeError(_describe(exc, source)) from None
 
 
 def _shipped_recipes_dir() -> Path:

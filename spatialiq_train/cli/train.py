@@ -1,7 +1,8 @@
 """`spatialiq` commands for the train area: `train sft`, `train rl`, `run dapo-tight`, `recipes validate|show|nemo-rl`.
 
 Trailing KEY.PATH=VALUE arguments override recipe keys (values parsed with yaml.safe_load), e.g.
-`spatialiq train rl --recipe recipes/dapo_tight_7b.yaml rl.learning_rate=1e-6 rl.init_from=runs/sft_cot/final`.
+`spatialiq train rl --recipe recipes/dapo_tight_7b.yaml rl.optimizer.learning_rate=1e-6
+rl.init_from=runs/sft_cot/final`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-OVERRIDES = typer.Argument(None, help="Recipe overrides KEY.PATH=VALUE, e.g. rl.learning_rate=1e-6.")
+OVERRIDES = typer.Argument(None, help="Recipe overrides KEY.PATH=VALUE, e.g. rl.optimizer.learning_rate=1e-6.")
 RECIPE = typer.Option(..., "--recipe", "-r", help="Recipe YAML (recipes/*.yaml).")
 OUT = typer.Option(None, "--out", "-o", help="Output folder (default: the recipe's run.output_dir).")
 EXTEND = typer.Option(False, "--extend", help="Train a finished run on to a larger step budget (else a finished run "

@@ -35,7 +35,6 @@ from spatialiq_train.errors import UserError
 from spatialiq_train.io import atomic_write_json, atomic_write_text
 from spatialiq_train.recipes import (
     Recipe,
-    canonical_key,
     load_recipe,
     recipe_from_dict,
     recipe_to_yaml,
@@ -117,7 +116,8 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not p for p in key.split(".")):
-        raise UserError(f"--vary {text!r}: expected KEY.PATH=LIST, e.g. --vary 'rl.learning_rate=[1e-6, 3e-6]'")
+        raise UserError(f"--vary {text!r}: expected KEY.PATH=LIST, "
+                        "e.g. --vary 'rl.optimizer.learning_rate=[1e-6, 3e-6]'")
     try:
         values = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
@@ -163,7 +163,7 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
     from spatialiq_train.train.preflight import check_reward_names
 
     keys = [k for k, _ in varies]
-    if len({canonical_key(k) for k in keys}) != len(keys):  # rl.learning_rate is rl.optimizer.learning_rate
+    if len(set(keys)) != len(keys):
         raise UserError(f"--vary: a key is varied twice ({', '.join(keys)})")
     out: list[tuple[Variant, Recipe]] = []
     for combo in itertools.product(*(vals for _, vals in varies)):
@@ -175,7 +175,7 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
         recipe = recipe_from_dict(data, source=where)
         check_reward_names(recipe, where, import_modules=True)  # as `spatialiq run` checks them
         dumped = recipe.model_dump(mode="json")
-        values = {k: get_key(dumped, canonical_key(k)) for k in keys}  # as validated ('1e-6' -> 1e-06)
+        values = {k: get_key(dumped, k) for k in keys}  # as validated ('1e-6' -> 1e-06)
         label = label_of(values)
         variant = Variant(f"{recipe_hash(recipe)}-{label}", label, values)
         if any(v.name == variant.name for v, _ in out):
