@@ -170,7 +170,7 @@ def _peak_memory_gb(gpu: bool) -> float:
 
 def phase_result(name: str, output_dir: Path, times: list[float], n_params: int, factor: int,
                  peak: float | None, gpu: bool) -> dict:
-    from spatialiq_train.train.logging import read_metrics
+    from spatialiq_train.metrics import read_metrics
 
     rows = read_metrics(output_dir / "metrics.jsonl")
     tokens = [r["train/num_tokens"] for r in rows if "train/num_tokens" in r]

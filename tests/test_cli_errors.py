@@ -112,7 +112,7 @@ def test_library_error_types_are_user_errors_with_the_right_code() -> None:
     from eval.rawcsv import RawCsvError
     from spatialiq_train.dataset import DatasetError, DatasetNotFoundError, GroundTruthError
     from spatialiq_train.recipes import RecipeError
-    from spatialiq_train.train.data import TraceError
+    from spatialiq_train.traces import TraceError
 
     for cls in (RecipeError, TraceError, GroundTruthError, DatasetError, RawCsvError, InputError):
         assert issubclass(cls, UserError) and issubclass(cls, ValueError) and cls("m").exit_code == EXIT_USAGE, cls

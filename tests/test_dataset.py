@@ -142,7 +142,7 @@ def test_rendered_parquet_carries_images(tmp_path: Path) -> None:
 def test_traces_of_a_parquet_only_dataset_carry_their_images(tmp_path: Path) -> None:
     import json
 
-    from spatialiq_train.train.data import trace_to_example
+    from spatialiq_train.traces import trace_to_example
 
     out = tmp_path / "r"
     run(GenConfig(out=out, structures=1, seed=1, split="train", resolution=16, renderer="mitsuba"),

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from _train_support import trace_row, write_traces
 
-from spatialiq_train.train.data import TraceError, load_split, read_traces, trace_to_example
-from spatialiq_train.train.logging import namespaced, read_metrics
+from spatialiq_train.metrics import read_metrics
+from spatialiq_train.traces import TraceError, read_traces, trace_to_example
+from spatialiq_train.train.data import load_split
+from spatialiq_train.train.logging import namespaced
 
 
 def test_sft_row_has_prompt_completion_and_resolved_image(tmp_path: Path) -> None:

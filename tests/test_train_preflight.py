@@ -42,7 +42,7 @@ def test_a_reward_failing_on_a_sample_row_stops_the_run_before_sft(tmp_path: Pat
 
 
 def test_a_missing_rl_split_stops_the_run_before_sft(tmp_path: Path, traces: Path) -> None:
-    from spatialiq_train.train.data import TraceError
+    from spatialiq_train.traces import TraceError
     from spatialiq_train.train.run import run_dapo_tight
 
     (traces / "rl.jsonl").unlink()

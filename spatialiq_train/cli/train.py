@@ -21,11 +21,11 @@ EXTEND = typer.Option(False, "--extend", help="Train a finished run on to a larg
 def load_checked(recipe: Path, overrides: list[str] | None = None, import_rewards: bool = True):  # noqa: ANN201
     """Load a recipe and check what the core cannot: every reward name it uses exists in reward.registry (a dotted
     `pkg.module:function` path is imported only with `import_rewards`; training always imports it)."""
+    from reward.registry import check_reward_names
     from spatialiq_train.recipes import load_recipe
-    from spatialiq_train.train.preflight import check_reward_names
 
     rec = load_recipe(recipe, list(overrides or []))
-    check_reward_names(rec, str(recipe), import_modules=import_rewards)
+    check_reward_names(rec.reward.weights, str(recipe), import_modules=import_rewards)
     return rec
 
 

@@ -160,7 +160,7 @@ def recipe_hash(recipe: Recipe) -> str:
 def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], source: str
                      ) -> list[tuple[Variant, Recipe]]:
     """Every combination of the varied values as a validated recipe and its name (pure apart from the registry)."""
-    from spatialiq_train.train.preflight import check_reward_names
+    from reward.registry import check_reward_names
 
     keys = [k for k, _ in varies]
     if len(set(keys)) != len(keys):
@@ -173,7 +173,7 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
             set_key(data, key.split("."), value, f"--vary {key}")
         where = f"{source} with " + ", ".join(f"{k}={v!r}" for k, v in values.items())
         recipe = recipe_from_dict(data, source=where)
-        check_reward_names(recipe, where, import_modules=True)  # as `spatialiq run` checks them
+        check_reward_names(recipe.reward.weights, where, import_modules=True)  # as `spatialiq run` checks them
         dumped = recipe.model_dump(mode="json")
         values = {k: get_key(dumped, k) for k in keys}  # as validated ('1e-6' -> 1e-06)
         label = label_of(values)

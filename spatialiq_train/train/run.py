@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 def check_disjoint(traces_dir: str | Path, split_a: str, split_b: str) -> None:
     """Raise if any structure appears in both trace splits (the warm-up and RL data must not share one)."""
-    from spatialiq_train.train.data import read_traces, split_file
+    from spatialiq_train.traces import read_traces, split_file
 
     ids_a = {r.get("structure_id") for r in read_traces(split_file(traces_dir, split_a))} - {None}
     ids_b = {r.get("structure_id") for r in read_traces(split_file(traces_dir, split_b))} - {None}
