@@ -102,14 +102,6 @@ METRICS: dict[str, str] = {
 """Every metric name (``<name>`` stands for a reward function's name) and what it measures."""
 
 
-def is_known(name: str) -> bool:
-    """True when ``name`` is in :data:`METRICS`, a per-reward name matching ``reward/<name>/<stat>`` included."""
-    if name in METRICS:
-        return True
-    parts = name.split("/")
-    return len(parts) == 3 and parts[0] == "reward" and bool(parts[1]) and parts[2] in REWARD_STATS
-
-
 def validation_accuracy(answers: Sequence[int | None], truths: Sequence[int]) -> dict[str, float]:
     """The three validation numbers under their names: :data:`EVAL_EXACT_MATCH` over all completions (``None``,
     no parseable answer, counts as wrong), :data:`EVAL_COVERAGE` and :data:`EVAL_ANSWERED_EXACT_MATCH`.

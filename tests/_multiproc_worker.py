@@ -36,10 +36,9 @@ def overrides() -> list[str]:
 
 def main() -> None:
     import torch
-    from _train_support import tiny_recipe
+    from _train_support import model_digest, tiny_recipe
 
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.distributed import model_digest
     from spatialiq_train.train.export import export_final
     from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
     from spatialiq_train.train.sft import build_sft_trainer

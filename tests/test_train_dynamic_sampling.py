@@ -8,17 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
+from _train_support import disjoint_capacity, one_thread, state_digest, tiny_model_dir, tiny_recipe, write_traces
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spatialiq_train.train.distributed import (
-    disjoint_capacity,
-    refill_indices,
-    refill_order,
-    state_digest,
-    sum_over_ranks,
-)
+from spatialiq_train.train.distributed import refill_indices, refill_order, sum_over_ranks
 from spatialiq_train.train.dynamic_sampling import filter_groups, merge_outputs, select_rows
 
 one_thread()

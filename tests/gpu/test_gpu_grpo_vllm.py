@@ -24,9 +24,10 @@ parity_reward.__name__ = "parity"
 
 def test_grpo_with_colocated_vllm_two_steps(vllm_tiny: Path, tmp_path: Path) -> None:
     needs("vllm", "pip install -e '.[gpu]'")
+    from _train_support import model_digest
+
     from spatialiq_train.metrics import read_metrics
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.distributed import model_digest
     from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
 
     traces = write_traces(tmp_path, "rl", 16, np.random.default_rng(0), answer=lambda i: i)
