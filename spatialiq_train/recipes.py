@@ -1,8 +1,8 @@
-"""Training recipes: pydantic models, YAML loading and dotted command-line overrides.
+"""Recipe files: loading by path or shipped name, dotted command-line overrides, errors that name the key, YAML out.
 
-A recipe is one YAML file under `recipes/` with typed sections (model, data, sft, rl, vllm, generation, reward,
-eval, logging, run; the models are in `recipe_sections`). Every section forbids unknown keys: a typo is an error
-naming the key path and the nearest valid key, unlike NeMo-RL which silently ignores `grpo.ratio_clip_max`.
+A recipe is one YAML file under `recipes/`; its typed model (`Recipe` and one section per YAML section) is in
+`recipe_model`. Every section forbids unknown keys: a typo is an error naming the key path and the nearest valid
+key, unlike NeMo-RL which silently ignores `grpo.ratio_clip_max`.
 """
 
 from __future__ import annotations
@@ -12,70 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError
 
 from spatialiq_train.errors import InputError
 from spatialiq_train.io import read_text
-from spatialiq_train.recipe_sections import (  # noqa: F401 - the section models are part of this module's API
-    OPTIMIZER_KEYS,
-    VLLM_TO_GRPO,
-    DataSection,
-    DynamicSamplingSection,
-    EvalSamplingSection,
-    GenerationSection,
-    LoggingSection,
-    LoraSection,
-    MaxSteps,
-    ModelSection,
-    OptimizerSection,
-    OverlongSection,
-    RewardSection,
-    RLSection,
-    RunSection,
-    SFTSection,
-    ValidationSection,
-    VllmSection,
-    _PhaseSection,
-    _Section,
-)
+from spatialiq_train.recipe_model import OPTIMIZER_KEYS, Recipe
 
 
 class RecipeError(InputError):
     """A recipe file or override is invalid; the message names the file, key path and what would be right."""
-
-
-class Recipe(_Section):
-    name: str
-    description: str = ""
-    model: ModelSection = Field(default_factory=ModelSection)
-    data: DataSection = Field(default_factory=DataSection)
-    sft: SFTSection = Field(default_factory=SFTSection)
-    rl: RLSection = Field(default_factory=RLSection)
-    vllm: VllmSection = Field(default_factory=VllmSection)
-    generation: GenerationSection = Field(default_factory=GenerationSection)
-    reward: RewardSection = Field(default_factory=RewardSection)
-    eval: EvalSamplingSection = Field(default_factory=EvalSamplingSection)
-    logging: LoggingSection = Field(default_factory=LoggingSection)
-    run: RunSection = Field(default_factory=RunSection)
-
-    @model_validator(mode="after")
-    def _across_sections(self) -> Recipe:
-        budget, window = self.generation.max_completion_length, self.rl.overlong.max_response_length
-        if self.vllm.max_model_len is not None and self.vllm.max_model_len <= budget:
-            raise ValueError(f"vllm.max_model_len ({self.vllm.max_model_len}) must exceed "
-                             f"generation.max_completion_length ({budget}): it holds the prompt and the completion")
-        if self.rl.overlong.enabled and self.rl.overlong.buffer_length > (window or budget):
-            raise ValueError(f"rl.overlong.buffer_length ({self.rl.overlong.buffer_length}) must not exceed the "
-                             f"window end ({window or budget}): the penalty would reach every completion")
-        for phase in ("sft", "rl"):
-            val = getattr(self, phase).validation
-            if val.every_steps is not None and self.data.eval_split is None:
-                raise ValueError(f"{phase}.validation.every_steps needs data.eval_split (the split validated on)")
-            if val.early_stopping_patience is not None and self.logging.save_steps % val.every_steps:
-                raise ValueError(f"{phase}.validation.early_stopping_patience loads the best checkpoint at the end, "
-                                 f"so logging.save_steps ({self.logging.save_steps}) must be a multiple of "
-                                 f"{phase}.validation.every_steps ({val.every_steps})")
-        return self
 
 
 # --- error messages -------------------------------------------------------------------------------------------

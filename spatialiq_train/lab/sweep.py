@@ -33,13 +33,8 @@ import yaml
 
 from spatialiq_train.errors import UserError
 from spatialiq_train.io import atomic_write_json, atomic_write_text
-from spatialiq_train.recipes import (
-    Recipe,
-    load_recipe,
-    recipe_from_dict,
-    recipe_to_yaml,
-    set_key,
-)
+from spatialiq_train.recipe_model import Recipe
+from spatialiq_train.recipes import load_recipe, recipe_from_dict, recipe_to_yaml, set_key
 
 SWEEP_FILE = "sweep.yaml"
 DONE_FILE = "done.json"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.errors import UserError
-from spatialiq_train.recipes import Recipe
+from spatialiq_train.recipe_model import Recipe
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.io import atomic_write_text
-from spatialiq_train.recipes import Recipe, RecipeError, flatten, recipe_to_yaml
+from spatialiq_train.recipe_model import Recipe
+from spatialiq_train.recipes import RecipeError, flatten, recipe_to_yaml
 from spatialiq_train.train import common
 
 log = logging.getLogger(__name__)
