@@ -17,7 +17,7 @@ from data_gen.config import VIEWS_PER_STRUCTURE, GenConfig, GenerationError
 from data_gen.identity import check_backend
 from spatialiq_train import splits
 from spatialiq_train.dataset import GEN_CONFIG_FILE, MANIFEST_FILE, shard_done_relpath, shard_parquet_relpath
-from spatialiq_train.io import atomic_write_bytes, atomic_write_json, read_json
+from spatialiq_train.io import atomic_write_bytes, atomic_write_json, read_json, sha256_file
 from spatialiq_train.views import sample_relpath
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def shard_complete(out: Path, split: str, shard: int, num_shards: int) -> bool:
     parquet = out / shard_parquet_relpath(split, shard, num_shards)
     if not (done.exists() and parquet.exists()):
         return False
-    return read_record(done).get("sha256") == writer.sha256_file(parquet)
+    return read_record(done).get("sha256") == sha256_file(parquet)
 
 
 def read_record(done: Path) -> dict[str, Any]:
@@ -136,7 +136,7 @@ def _checked_shard(out: Path, split: str, s: int, k: int,
     rel = shard_parquet_relpath(split, s, k)
     if not (out / rel).exists():
         raise GenerationError(f"shard {rel} is missing although its completion record exists; rerun gen")
-    digest, recorded = writer.sha256_file(out / rel), record_key(record, "sha256", done)
+    digest, recorded = sha256_file(out / rel), record_key(record, "sha256", done)
     if digest != recorded:
         raise GenerationError(f"shard {rel}: sha256 {digest} differs from the recorded {recorded}; "
                               "the file was modified: delete it and its .done.json, then rerun gen")

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_gen import shards, writer
+from data_gen import shards
 from spatialiq_train.dataset import MANIFEST_FILE, shard_done_relpath, shard_parquet_relpath
-from spatialiq_train.io import read_json
+from spatialiq_train.io import read_json, sha256_file
 from spatialiq_train.views import LEVEL, SAMPLE_DIR_RE
 
 MISSING = "missing"
@@ -70,7 +70,7 @@ class Damage:
 
 def found_sha256(path: Path) -> str:
     """sha256 of a file's bytes, or ``missing``."""
-    return writer.sha256_file(path) if path.is_file() else MISSING
+    return sha256_file(path) if path.is_file() else MISSING
 
 
 def file_mismatches(out: Path, files: dict[str, str]) -> list[Mismatch]:

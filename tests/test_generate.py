@@ -17,6 +17,7 @@ from data_gen.render.device import device_identity as probe_device  # the real p
 from spatialiq_train import splits
 from spatialiq_train.cli import app
 from spatialiq_train.dataset import iter_leaf_dirs, iter_scene_files, read_gt
+from spatialiq_train.io import sha256_file
 from spatialiq_train.views import LEAF_VIEWS, sample_relpath, view_relpath
 
 RES = 48  # small images keep the ray casts fast; test_resolution_512 covers the benchmark size once
@@ -267,7 +268,7 @@ def test_cli_gen_end_to_end(tmp_path: Path, truth: types.ModuleType) -> None:
     assert "2 structures, 32 views, 1 shard(s)" in result.output
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     shard = manifest["shards"][0]
-    assert shard["sha256"] == writer.sha256_file(tmp_path / shard["path"])
+    assert shard["sha256"] == sha256_file(tmp_path / shard["path"])
 
 
 def test_renderer_writes_png_and_image_column(tmp_path: Path, truth: types.ModuleType) -> None:

@@ -115,7 +115,7 @@ def test_two_variant_tiny_sweep_end_to_end(tmp_path: Path) -> None:
     traces = write_traces(root, "rl", 4, rng, answer=lambda i: 3)
     rows = [json.loads(line) for line in (traces / "rl.jsonl").read_text().splitlines()]
     fields = {"task2": 1, "task3": 2, "task4": 2, "task5": 3, "task6": 1, "task7": 1, "task8": 0, "task9": 1,
-              "num_hidden_blocks": 0}  # the columns stepwise reads (data_gen.traces.REWARD_FIELDS)
+              "num_hidden_blocks": 0}  # the columns stepwise reads (spatialiq_train.dataset.REWARD_FIELDS)
     (traces / "rl.jsonl").write_text("".join(json.dumps({**r, **fields}) + "\n" for r in rows))
     evald = _eval_data(tmp_path / "evaldata")
     sets = [f"data.traces_dir={traces}", f"data.data_root={root}", "sft.optimizer.max_steps=2",
