@@ -115,7 +115,7 @@ def test_vllm_section_reaches_grpo_config_when_usable(tmp_path: Path, monkeypatc
 
 @pytest.mark.slow
 def test_both_phases_validate_on_the_eval_split(tmp_path: Path) -> None:
-    from spatialiq_train.train.logging import read_metrics
+    from spatialiq_train.metrics import read_metrics
     from spatialiq_train.train.rl import run_rl
     from spatialiq_train.train.sft import run_sft
 

@@ -11,7 +11,7 @@ import pytest
 from _train_support import TINY_RECIPE, one_thread, tiny_recipe, write_traces
 from typer.testing import CliRunner
 
-from spatialiq_train.train.logging import read_metrics
+from spatialiq_train.metrics import read_metrics
 
 one_thread()
 

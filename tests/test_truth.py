@@ -13,7 +13,6 @@ from scipy import ndimage
 from data_gen.camera import leaf_camera
 from data_gen.structure import blocks_of, sample_structure, structure_id, structure_rng
 from data_gen.truth import (
-    GroundTruthError,
     check_invariants,
     cluster_count,
     count_relations,
@@ -25,6 +24,7 @@ from data_gen.truth import (
     view_truth,
 )
 from data_gen.visibility import cast, support_closure, visible_set
+from spatialiq_train.dataset import GroundTruthError
 from spatialiq_train.views import LEAF_VIEWS, LeafView
 
 GT_KEYS = [
