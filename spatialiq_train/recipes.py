@@ -70,7 +70,8 @@ def _describe(exc: ValidationError, source: str) -> str:
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """`rl.optimizer.learning_rate=1e-6` -> (["rl", "learning_rate"], 1e-6); the value goes through yaml.safe_load."""
+    """`rl.optimizer.learning_rate=1e-6` -> (["rl", "optimizer", "learning_rate"], 1e-6); the value goes through
+    yaml.safe_load."""
     if "=" not in text:
         raise RecipeError(f"override {text!r}: expected KEY.PATH=VALUE, e.g. rl.optimizer.learning_rate=1e-6")
     key, _, raw = text.partition("=")
