@@ -55,7 +55,7 @@ def _refuse_unsafe(src: Path) -> None:
     unsafe = sorted(p.name for pattern in UNSAFE_WEIGHTS for p in src.glob(pattern) if p.name != "training_args.bin")
     if unsafe and not any(src.glob("*.safetensors")):
         raise ExportError(f"{src}: weights only in pickle formats ({', '.join(unsafe)}); this project loads and "
-                           "releases safetensors only: save the checkpoint with safe_serialization=True")
+                          "releases safetensors only: save the checkpoint with safe_serialization=True")
 
 
 def copy_weights(src: Path, dst: Path) -> None:
