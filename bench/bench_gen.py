@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from data_gen.generate import VIEWS_PER_STRUCTURE, GenConfig, run
+from data_gen.config import VIEWS_PER_STRUCTURE, GenConfig
+from data_gen.generate import run
 
 
 def _cpu_seconds() -> float:

@@ -107,7 +107,8 @@ def plan(arch: str, steps: int, lora: bool) -> dict[str, Any]:
     from spatialiq_train.recipes import load_recipe
     from spatialiq_train.tiny import QWEN25_VL_7B, build_model, build_tokenizer
 
-    recipe = load_recipe(RECIPES[arch], [*FIXED, f"sft.max_steps={steps + 1}", f"rl.max_steps={steps + 1}",
+    recipe = load_recipe(RECIPES[arch], [*FIXED, f"sft.optimizer.max_steps={steps + 1}",
+                                         f"rl.optimizer.max_steps={steps + 1}",
                                          f"model.lora.enabled={str(lora).lower()}"])
     tok = build_tokenizer()
     model = build_model(tok, device="meta", **(QWEN25_VL_7B if arch == "7b" else {}))
@@ -117,10 +118,11 @@ def plan(arch: str, steps: int, lora: bool) -> dict[str, Any]:
             "image_tokens": tokens_for(side, side, recipe.model.min_pixels, recipe.model.max_pixels),
             "sft_target_tokens": len(tok(cot_target())["input_ids"]),
             "rl_completion_tokens": recipe.generation.max_completion_length,
-            "sft_batch": [recipe.sft.per_device_train_batch_size, recipe.sft.gradient_accumulation_steps],
-            "rl_batch": [r.per_device_train_batch_size, r.gradient_accumulation_steps, r.steps_per_generation,
-                         r.num_generations],
-            "flops_factor": {"sft": 6, "rl": rl_flops_factor(r.beta, r.gradient_accumulation_steps,
+            "sft_batch": [recipe.sft.optimizer.per_device_train_batch_size,
+                          recipe.sft.optimizer.gradient_accumulation_steps],
+            "rl_batch": [r.optimizer.per_device_train_batch_size, r.optimizer.gradient_accumulation_steps,
+                         r.steps_per_generation, r.num_generations],
+            "flops_factor": {"sft": 6, "rl": rl_flops_factor(r.beta, r.optimizer.gradient_accumulation_steps,
                                                              r.steps_per_generation, r.num_iterations)},
             "recipe_obj": recipe}
 
@@ -168,7 +170,7 @@ def _peak_memory_gb(gpu: bool) -> float:
 
 def phase_result(name: str, output_dir: Path, times: list[float], n_params: int, factor: int,
                  peak: float | None, gpu: bool) -> dict:
-    from spatialiq_train.train.logging import read_metrics
+    from spatialiq_train.metrics import read_metrics
 
     rows = read_metrics(output_dir / "metrics.jsonl")
     tokens = [r["train/num_tokens"] for r in rows if "train/num_tokens" in r]

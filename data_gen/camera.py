@@ -16,15 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# The leaf-view vocabulary is core (eval reads it too); re-exported here beside the camera built on it.
-from spatialiq_train.views import (  # noqa: F401
-    BASE_AZIMUTHS,
-    LEAF_VIEWS,
-    LENSES,
-    OFFSETS,
-    LeafView,
-    parse_leaf_dir,
-)
+from spatialiq_train.views import LeafView
 
 BLOCK_SIZE = 0.1
 """Cube edge and grid pitch in metres."""

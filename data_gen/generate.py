@@ -5,10 +5,9 @@ N candidates of (seed, index) whose structure belongs to the split, duplicates s
 file depend only on the arguments in ``GenConfig.identity()`` and the recorded render backend
 (``data_gen.identity``), never on ``--workers`` or on which process (or Slurm array task) wrote a shard.
 
-The parts live in modules named for what they hold: ``config`` (arguments), ``identity`` (render backend),
-``pipeline`` (one structure), ``shards`` (ranges, completion records, merge), ``verify`` (recorded checksums
-against the files) and ``executor`` (worker pool, shard loop, repair). Their public names are re-exported
-here, where callers have always imported them.
+The parts live in modules named for what they hold, and callers import them from there: ``config``
+(arguments), ``identity`` (render backend), ``pipeline`` (one structure), ``shards`` (ranges, completion records,
+merge), ``verify`` (recorded checksums against the files) and ``executor`` (worker pool, shard loop, repair).
 """
 
 from __future__ import annotations
@@ -18,25 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from data_gen import executor, identity, shards, verify
-from data_gen.config import MAX_HEIGHT, STRUCTURES_PER_SHARD, VIEWS_PER_STRUCTURE, GenConfig, GenerationError
-from data_gen.executor import _STATE, _init_worker, generate_shards, make_plan
-from data_gen.executor import Executor as _Executor
-from data_gen.identity import (
-    check_backend,
-    check_gen_config,
-    close_renderer,
-    make_renderer,
-    render_backend,
-)
-from data_gen.pipeline import build_structure, process_structure, render_params
-from data_gen.shards import merge, shard_complete, shard_range
-
-__all__ = [
-    "MAX_HEIGHT", "STRUCTURES_PER_SHARD", "VIEWS_PER_STRUCTURE", "GenConfig", "GenerationError", "_Executor",
-    "_STATE", "_init_worker", "build_structure", "check_backend", "check_gen_config", "close_renderer",
-    "generate_shards", "make_plan", "make_renderer", "merge", "process_structure", "render_backend",
-    "render_params", "run", "shard_complete", "shard_range",
-]
+from data_gen.config import GenConfig
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from data_gen import layout
 from data_gen.config import GenConfig, GenerationError
+from spatialiq_train.dataset import GEN_CONFIG_FILE
 from spatialiq_train.io import atomic_write_json, read_json
 
 RENDER_MODULES = {"mitsuba": ("mitsuba", "render"), "isaacsim": ("isaacsim", "isaacsim")}
@@ -29,7 +29,7 @@ def check_gen_config(out: Path, cfg: GenConfig, backend: dict[str, Any] | None =
     ``backend`` is this machine's render backend (None when nothing renders here, e.g. ``--plan-only``); the
     first rendering run adds it to a ``gen_config.json`` that has none, later ones must match it.
     """
-    path = out / layout.GEN_CONFIG_FILE
+    path = out / GEN_CONFIG_FILE
     where = str(out) if cfg.shard is None else f"{out} (shard {cfg.shard} of {cfg.shard_count})"
     if path.exists():
         old = read_json(path)

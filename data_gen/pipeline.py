@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from data_gen import layout, visibility, writer
-from data_gen.camera import LEAF_VIEWS
+from data_gen import visibility, writer
 from data_gen.config import MAX_HEIGHT, GenConfig, GenerationError
 from data_gen.plan import PlannedStructure
 from spatialiq_train import splits
+from spatialiq_train.views import LEAF_VIEWS, sample_relpath, view_relpath
 
 _RENDER_STREAM = 0x52454E44  # extra entropy word: render draws never collide with structure draws
 
@@ -41,7 +41,7 @@ def process_structure(cfg: GenConfig, entry: PlannedStructure, renderer: Any) ->
     files = writer.write_sample(Path(cfg.out), cfg.split, scene, gts, images)
     parts = _partitions(cfg.split, entry.structure_id)
     rows = [
-        writer.view_row(scene, gt, view=layout.view_relpath(cfg.split, entry.sample_idx, leaf), split=cfg.split,
+        writer.view_row(scene, gt, view=view_relpath(cfg.split, entry.sample_idx, leaf), split=cfg.split,
                         partitions=parts, image=None if images is None else images[leaf])
         for leaf, gt in gts.items()
     ]
@@ -54,7 +54,7 @@ def build_structure(
     """(scene.json, {leaf: gt.json}, {leaf: PNG bytes} or None) of one planned structure."""
     from data_gen import truth
 
-    where = layout.sample_relpath(cfg.split, entry.sample_idx)
+    where = sample_relpath(cfg.split, entry.sample_idx)
     try:
         hmap = entry.height_map(cfg.seed)
     except ValueError as exc:
@@ -85,7 +85,7 @@ def _render_views(
     images: dict = {}
     visible: dict | None = None if cfg.object_type == "cube" else {}
     for leaf in LEAF_VIEWS:
-        where = layout.view_relpath(cfg.split, entry.sample_idx, leaf)
+        where = view_relpath(cfg.split, entry.sample_idx, leaf)
         try:
             camera = leaf_camera(rows, cols, int(hmap.max()), leaf, cfg.resolution)
             result = renderer.render(SceneSpec(hm, camera, cfg.object_type, env, seed))

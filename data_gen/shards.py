@@ -12,11 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_gen import layout, writer
+from data_gen import writer
 from data_gen.config import VIEWS_PER_STRUCTURE, GenConfig, GenerationError
 from data_gen.identity import check_backend
 from spatialiq_train import splits
-from spatialiq_train.io import atomic_write_bytes, atomic_write_json, read_json
+from spatialiq_train.dataset import GEN_CONFIG_FILE, MANIFEST_FILE, shard_done_relpath, shard_parquet_relpath
+from spatialiq_train.io import atomic_write_bytes, atomic_write_json, read_json, sha256_file
+from spatialiq_train.views import sample_relpath
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +30,11 @@ def shard_range(shard: int, num_shards: int, structures: int) -> tuple[int, int]
 
 def shard_complete(out: Path, split: str, shard: int, num_shards: int) -> bool:
     """True when the shard's completion record exists and its parquet still has the recorded sha256."""
-    done = out / layout.shard_done_relpath(split, shard, num_shards)
-    parquet = out / layout.shard_parquet_relpath(split, shard, num_shards)
+    done = out / shard_done_relpath(split, shard, num_shards)
+    parquet = out / shard_parquet_relpath(split, shard, num_shards)
     if not (done.exists() and parquet.exists()):
         return False
-    return read_record(done).get("sha256") == writer.sha256_file(parquet)
+    return read_record(done).get("sha256") == sha256_file(parquet)
 
 
 def read_record(done: Path) -> dict[str, Any]:
@@ -47,11 +49,11 @@ def read_record(done: Path) -> dict[str, Any]:
 def remove_stale_temp_files(cfg: GenConfig, shard: int, first: int, last: int) -> None:
     """Delete temp files a killed writer left in this shard's own folders (never another shard's)."""
     out, k = Path(cfg.out), cfg.shard_count
-    stale = [p for rel in (layout.shard_parquet_relpath(cfg.split, shard, k),
-                           layout.shard_done_relpath(cfg.split, shard, k))
+    stale = [p for rel in (shard_parquet_relpath(cfg.split, shard, k),
+                           shard_done_relpath(cfg.split, shard, k))
              for p in (out / rel).parent.glob(f".{Path(rel).name}.*.tmp")]
     for idx in range(first, last + 1):
-        sample = out / layout.sample_relpath(cfg.split, idx)
+        sample = out / sample_relpath(cfg.split, idx)
         if sample.is_dir():
             stale.extend(sample.rglob(".*.tmp"))
     for path in stale:
@@ -67,7 +69,7 @@ def finish_shard(cfg: GenConfig, shard: int, rows: list[dict[str, Any]], backend
     shard's structures (``data_gen.verify`` checks them).
     """
     out, k = Path(cfg.out), cfg.shard_count
-    rel = layout.shard_parquet_relpath(cfg.split, shard, k)
+    rel = shard_parquet_relpath(cfg.split, shard, k)
     data = writer.parquet_bytes(rows, with_image=cfg.renderer != "none")
     atomic_write_bytes(out / rel, data)
     a, b = shard_range(shard, k, cfg.structures)
@@ -84,7 +86,7 @@ def finish_shard(cfg: GenConfig, shard: int, rows: list[dict[str, Any]], backend
         record["render_backend"] = backend
     if files is not None:
         record["files"] = files
-    atomic_write_json(out / layout.shard_done_relpath(cfg.split, shard, k), record)
+    atomic_write_json(out / shard_done_relpath(cfg.split, shard, k), record)
     log.debug("shard %s complete (%d rows)", rel, len(rows))
 
 
@@ -96,7 +98,7 @@ def merge(out: Path, log_fn: Callable[[str], None] | None = None) -> dict[str, A
     out = Path(out)
     args, split, k = read_gen_config(out)
     backend = args.get("render_backend")
-    missing = [s for s in range(k) if not (out / layout.shard_done_relpath(split, s, k)).exists()]
+    missing = [s for s in range(k) if not (out / shard_done_relpath(split, s, k)).exists()]
     if missing:
         raise GenerationError(f"{len(missing)} of {k} shard(s) are not complete (shard(s) {missing[:10]}); "
                               "rerun spatialiq gen with the same arguments for them")
@@ -108,7 +110,7 @@ def merge(out: Path, log_fn: Callable[[str], None] | None = None) -> dict[str, A
         _add_counts(counts, record, split)
     manifest = {"generator": "spatialiq-train", "version": __version__, "arguments": args, "counts": counts,
                 "shards": shards}
-    atomic_write_json(out / layout.MANIFEST_FILE, manifest)
+    atomic_write_json(out / MANIFEST_FILE, manifest)
     from data_gen.dataset_card import write_dataset_card
 
     write_dataset_card(out)  # beside the manifest: a finished dataset is loadable and pushable as it is
@@ -119,9 +121,9 @@ def merge(out: Path, log_fn: Callable[[str], None] | None = None) -> dict[str, A
 
 def read_gen_config(out: Path) -> tuple[dict[str, Any], str, int]:
     """(recorded arguments, split, number of shards) of a directory written by ``spatialiq gen``."""
-    cfg_path = out / layout.GEN_CONFIG_FILE
+    cfg_path = out / GEN_CONFIG_FILE
     if not cfg_path.exists():
-        raise GenerationError(f"{out} has no {layout.GEN_CONFIG_FILE}; it is not a directory written by spatialiq gen")
+        raise GenerationError(f"{out} has no {GEN_CONFIG_FILE}; it is not a directory written by spatialiq gen")
     args = read_json(cfg_path)
     return args, record_key(args, "split", cfg_path), int(record_key(args, "num_shards", cfg_path))
 
@@ -129,12 +131,12 @@ def read_gen_config(out: Path) -> tuple[dict[str, Any], str, int]:
 def _checked_shard(out: Path, split: str, s: int, k: int,
                    backend: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
     """(completion record with ``parquet`` set, parquet sha256) of shard ``s``, checked against each other."""
-    done = out / layout.shard_done_relpath(split, s, k)
+    done = out / shard_done_relpath(split, s, k)
     record = read_record(done)
-    rel = layout.shard_parquet_relpath(split, s, k)
+    rel = shard_parquet_relpath(split, s, k)
     if not (out / rel).exists():
         raise GenerationError(f"shard {rel} is missing although its completion record exists; rerun gen")
-    digest, recorded = writer.sha256_file(out / rel), record_key(record, "sha256", done)
+    digest, recorded = sha256_file(out / rel), record_key(record, "sha256", done)
     if digest != recorded:
         raise GenerationError(f"shard {rel}: sha256 {digest} differs from the recorded {recorded}; "
                               "the file was modified: delete it and its .done.json, then rerun gen")

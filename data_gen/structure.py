@@ -8,8 +8,7 @@ with gravity collapse, the view-0 retention filter, 150 attempts then the closes
 every draw comes from an explicit ``numpy.random.Generator`` derived from (master seed, index),
 so a structure is reproducible.
 
-The analytic visibility test and the view-0 retention filter live in :mod:`data_gen.visibility`; they are
-re-exported here, where they were first defined.
+The analytic visibility test and the view-0 retention filter live in :mod:`data_gen.visibility`.
 """
 
 from __future__ import annotations
@@ -20,16 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data_gen.heightmap import Block, as_height_map  # noqa: F401 - re-exported
-from data_gen.visibility import (  # noqa: F401 - re-exported from their first home
-    HALF_SIZE,
-    PATCH_SCALE,
-    RETENTION_AZIMUTH,
-    analytic_visible,
-    retain,
-    scene_visible_count,
-    support_closure,
-)
+from data_gen.heightmap import Block, as_height_map
+from data_gen.visibility import retain
 
 N_MIN = 3
 """``min_blocks`` of the released level_1 configuration."""

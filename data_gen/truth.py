@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from data_gen.camera import LEAF_VIEWS, RESOLUTION, LeafView, leaf_camera
+from data_gen.camera import RESOLUTION, leaf_camera
 from data_gen.heightmap import Block, as_height_map
 from data_gen.structure import structure_id
 from data_gen.visibility import cast, support_closure, visible_set
 from spatialiq_train.dataset import GT_INT_FIELDS, GroundTruthError
+from spatialiq_train.views import LEAF_VIEWS, LeafView
 
 TASK1_ANSWER = "blocks"
 """task1 is always the literal ``"blocks"``, whatever the object type (spec 7.1 item 5)."""

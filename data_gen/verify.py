@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_gen import layout, shards, writer
-from spatialiq_train.io import read_json
+from data_gen import shards
+from spatialiq_train.dataset import MANIFEST_FILE, shard_done_relpath, shard_parquet_relpath
+from spatialiq_train.io import read_json, sha256_file
+from spatialiq_train.views import LEVEL, SAMPLE_DIR_RE
 
 MISSING = "missing"
 """What ``Mismatch.found`` says for a recorded file that is not on disk."""
@@ -68,7 +70,7 @@ class Damage:
 
 def found_sha256(path: Path) -> str:
     """sha256 of a file's bytes, or ``missing``."""
-    return writer.sha256_file(path) if path.is_file() else MISSING
+    return sha256_file(path) if path.is_file() else MISSING
 
 
 def file_mismatches(out: Path, files: dict[str, str]) -> list[Mismatch]:
@@ -84,8 +86,8 @@ def verify(out: Path) -> VerifyReport:
     report = VerifyReport(out)
     manifest = _manifest_shards(out, report)
     for s in range(k):
-        rel = layout.shard_parquet_relpath(split, s, k)
-        done = out / layout.shard_done_relpath(split, s, k)
+        rel = shard_parquet_relpath(split, s, k)
+        done = out / shard_done_relpath(split, s, k)
         if not done.exists():
             report.incomplete.append(rel)
             continue
@@ -95,7 +97,7 @@ def verify(out: Path) -> VerifyReport:
         report.checked += 1 + len(files)
         if manifest is not None and manifest.get(rel) != record["sha256"]:
             report.mismatches.append(
-                Mismatch(f"{layout.MANIFEST_FILE} (shard {rel})", record["sha256"], manifest.get(rel, MISSING)))
+                Mismatch(f"{MANIFEST_FILE} (shard {rel})", record["sha256"], manifest.get(rel, MISSING)))
     return report
 
 
@@ -103,7 +105,7 @@ def damaged(out: Path, split: str, complete: list[int], num_shards: int) -> list
     """The complete shards (parquet intact) whose recorded per-view files fail, with the structures owning them."""
     found = []
     for s in complete:
-        done = out / layout.shard_done_relpath(split, s, num_shards)
+        done = out / shard_done_relpath(split, s, num_shards)
         files = shards.read_record(done).get("files")
         if not isinstance(files, dict):
             continue  # recorded before per-file checksums: nothing to compare with
@@ -116,9 +118,9 @@ def damaged(out: Path, split: str, complete: list[int], num_shards: int) -> list
 
 def _sample_of(rel: str) -> int:
     """sample_idx of a file under ``<split>/level_1/sample_NNNNN/``."""
-    m = layout.SAMPLE_DIR_RE.match(rel.split("/")[2])
+    m = SAMPLE_DIR_RE.match(rel.split("/")[2])
     if m is None:
-        raise ValueError(f"{rel}: not a file under <split>/{layout.LEVEL}/sample_NNNNN")
+        raise ValueError(f"{rel}: not a file under <split>/{LEVEL}/sample_NNNNN")
     return int(m.group(1))
 
 
@@ -133,14 +135,14 @@ def _recorded_files(record: dict[str, Any], done: Path, report: VerifyReport) ->
 
 def _manifest_shards(out: Path, report: VerifyReport) -> dict[str, str] | None:
     """``{parquet path: sha256}`` of manifest.json, None (with a note) when there is none yet."""
-    path = out / layout.MANIFEST_FILE
+    path = out / MANIFEST_FILE
     if not path.exists():
-        report.notes.append(f"no {layout.MANIFEST_FILE} yet (run spatialiq gen-merge once every shard is done)")
+        report.notes.append(f"no {MANIFEST_FILE} yet (run spatialiq gen-merge once every shard is done)")
         return None
     try:
         return {str(e["path"]): str(e["sha256"]) for e in read_json(path)["shards"]}
     except (ValueError, KeyError, TypeError):
-        report.mismatches.append(Mismatch(layout.MANIFEST_FILE, "a manifest written by spatialiq gen",
+        report.mismatches.append(Mismatch(MANIFEST_FILE, "a manifest written by spatialiq gen",
                                           "unreadable JSON or no shards list"))
         return None
 

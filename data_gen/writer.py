@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from data_gen import layout
-from data_gen.camera import LeafView
-from spatialiq_train.dataset import GT_INT_FIELDS
+from spatialiq_train.dataset import GT_FILE, GT_INT_FIELDS, IMAGE_FILE, SCENE_FILE
 from spatialiq_train.io import atomic_write_bytes, dumps_json
+from spatialiq_train.views import LEVEL, LeafView, sample_relpath, view_relpath
 
 _V = {"_type": "Value"}
 _INT_LIST_LIST = {"feature": {"feature": {"dtype": "int64", **_V}, "_type": "Sequence"}, "_type": "Sequence"}
@@ -63,7 +62,7 @@ def scene_record(
         "total_blocks": total,
         "visible_blocks": int(visible_count),
         "non_visible_blocks": total - int(visible_count),
-        "level": layout.LEVEL,
+        "level": LEVEL,
         "sample_idx": int(sample_idx),
         "structure_id": structure_id,
         "seed": int(seed),
@@ -100,12 +99,12 @@ def write_sample(
         written[rel] = sha256_bytes(data)
 
     for leaf, gt in gts.items():
-        leaf_rel = layout.view_relpath(split, sample_idx, leaf)
+        leaf_rel = view_relpath(split, sample_idx, leaf)
         if images is not None:
-            put(f"{leaf_rel}/{layout.IMAGE_FILE}", images[leaf])
-        put(f"{leaf_rel}/{layout.GT_FILE}", json_bytes(gt))
+            put(f"{leaf_rel}/{IMAGE_FILE}", images[leaf])
+        put(f"{leaf_rel}/{GT_FILE}", json_bytes(gt))
     # scene.json last: a sample folder with a scene.json has all its views
-    put(f"{layout.sample_relpath(split, sample_idx)}/{layout.SCENE_FILE}", json_bytes(dict(scene)))
+    put(f"{sample_relpath(split, sample_idx)}/{SCENE_FILE}", json_bytes(dict(scene)))
     return written
 
 
@@ -140,7 +139,7 @@ def view_row(
         "camera": json.dumps(gt["camera"], sort_keys=True) if "camera" in gt else None,
     }
     if image is not None:
-        row["image"] = {"bytes": image, "path": f"{view}/{layout.IMAGE_FILE}"}
+        row["image"] = {"bytes": image, "path": f"{view}/{IMAGE_FILE}"}
     return row
 
 
@@ -180,11 +179,3 @@ def parquet_bytes(rows: Sequence[Mapping[str, Any]], with_image: bool) -> bytes:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

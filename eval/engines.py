@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from eval.sample import GREEDY_BELOW, Request, SamplingConfig
 from spatialiq_train.errors import UserError
+from spatialiq_train.processor import load_processor
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,6 @@ def _images(req: Request) -> list[Any]:
         with Image.open(source) as im:
             images.append(im.convert("RGB"))
     return images
-
-
-def load_processor(model_path: str | Path) -> Any:
-    """The checkpoint's processor, with the pixel budget it was saved with."""
-    from spatialiq_train.processor import load_processor as load
-
-    return load(model_path)
 
 
 def vllm_available() -> bool:

@@ -44,11 +44,3 @@ def score_message_logs_components(
     texts = _completions(message_logs, metadata)
     comps, total = components_of(resolve_reward(reward), texts, **metadata_columns(metadata))
     return {**comps, "total": total}
-
-
-def score_message_logs(
-    message_logs: Sequence[Any], metadata: Sequence[Mapping[str, Any]], reward: RewardSpec = "default"
-) -> list[float]:
-    """One reward per sample for a NeMo-RL ``step``; a sample without an assistant turn scores 0 (counted)."""
-    texts = _completions(message_logs, metadata)
-    return list(resolve_reward(reward)(texts, **metadata_columns(metadata)))

@@ -10,16 +10,21 @@ A reward is a plain batched function ``fn(completions, *, answer, **columns) -> 
 :func:`get_reward` looks a name up (a dotted ``pkg.module:function`` path is also accepted),
 :func:`combine` builds a weighted sum from a recipe mapping, and :func:`resolve_reward` accepts
 either form. Duplicate names raise; unknown names raise with the list of valid ones.
+:func:`check_reward_names` checks a recipe's ``reward.weights`` names before anything runs (every command that
+trains, plans a sweep or writes a NeMo-RL config calls it).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from spatialiq_train.recipes import RecipeError
 
 RewardFn = Callable[..., list[float]]
 """``fn(completions: list[str], *, answer: list[int], **columns) -> list[float]``."""
@@ -31,6 +36,8 @@ RewardSpec = str | Mapping[str, WeightSpec] | RewardFn
 """What a recipe may name: a registered name or dotted path, a weight mapping, or a callable."""
 
 _DOTTED = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
+
+log = logging.getLogger(__name__)
 
 
 class _Factory(Protocol):
@@ -265,3 +272,21 @@ def list_rewards() -> list[RewardInfo]:
         for n, w in _COMBINATIONS.items()
     ]
     return sorted(infos, key=lambda i: i.name)
+
+
+def check_reward_names(weights: Mapping[str, Any], source: str, import_modules: bool = False) -> None:
+    """Every name of a recipe's ``reward.weights`` is a registered reward, or a dotted path; a RecipeError names
+    ``source`` and the key otherwise. A dotted path (``pkg.module:function``) is checked for its form only unless
+    ``import_modules`` is true, because importing a module runs its code (``this:x`` would run ``import this``);
+    training always imports them."""
+    known = set(valid_names())
+    for name in weights:
+        if name in known:
+            continue
+        if _DOTTED.fullmatch(name) and not import_modules:
+            log.info("%s: reward %r is a dotted path; not imported (pass --import-rewards to import it)", source, name)
+            continue
+        try:
+            get_reward(name)
+        except ValueError as exc:
+            raise RecipeError(f"{source}: reward.weights.{name}: {exc}") from None

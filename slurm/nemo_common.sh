@@ -27,7 +27,7 @@
 #              which are always mounted at the same paths
 #   WANDB_MODE offline (default) or online; HF_TOKEN, WANDB_API_KEY pass through when set
 #   DEPENDENCY sbatch dependency, default singleton (one job per name at a time); e.g. afterok:123,singleton
-#   EXTRA_SETS extra recipe overrides for the training scripts, space-separated KEY=VALUE (e.g. rl.max_steps=2)
+#   EXTRA_SETS extra recipe overrides for the training scripts, space-separated KEY=VALUE (e.g. rl.optimizer.max_steps=2)
 #   DRY_RUN=1  check the settings (training scripts: NODES, GPUS_PER_NODE, PHASE and RECIPE through
 #              `spatialiq recipes nemo-rl` itself, run with SIQ_PYTHON, default python3, into a temporary file),
 #              print the container environment and mounts and every command (sbatch, srun, container, driver),

@@ -1,7 +1,8 @@
-"""Small file helpers used everywhere: atomic writes and dataset-root path checks."""
+"""Small file helpers used everywhere: atomic writes, file digests and dataset-root path checks."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -20,6 +21,15 @@ _NUMBER_RUN = re.compile(r"(\d+)", re.ASCII)
 def natural_key(relpath: str) -> tuple[tuple[int, str | int], ...]:
     """Sort key for paths with numbers compared as numbers (``sample_99`` before ``sample_100``)."""
     return tuple((1, int(p)) if p.isdigit() else (0, p) for p in _NUMBER_RUN.split(relpath) if p)
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """The hex SHA-256 of a file's bytes, read ``chunk`` bytes at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _file_mode() -> int:

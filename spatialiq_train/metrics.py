@@ -8,13 +8,19 @@ Every logged number has exactly one name here. Namespaces:
 - ``dynamic_sampling/...``: DAPO's group filter (kept, dropped and filler groups, refill rounds);
 - ``eval/...``: validation (exact match on the validation split, eval loss).
 
-Pure data and pure functions: importing it loads nothing heavy.
+Pure data and pure functions, and :func:`read_metrics` for the ``metrics.jsonl`` file both training backends
+write: importing it loads nothing heavy.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Sequence
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
 
 RewardStat = Literal["mean", "std", "errors"]
 REWARD_STATS: tuple[str, ...] = ("mean", "std", "errors")
@@ -96,14 +102,6 @@ METRICS: dict[str, str] = {
 """Every metric name (``<name>`` stands for a reward function's name) and what it measures."""
 
 
-def is_known(name: str) -> bool:
-    """True when ``name`` is in :data:`METRICS`, a per-reward name matching ``reward/<name>/<stat>`` included."""
-    if name in METRICS:
-        return True
-    parts = name.split("/")
-    return len(parts) == 3 and parts[0] == "reward" and bool(parts[1]) and parts[2] in REWARD_STATS
-
-
 def validation_accuracy(answers: Sequence[int | None], truths: Sequence[int]) -> dict[str, float]:
     """The three validation numbers under their names: :data:`EVAL_EXACT_MATCH` over all completions (``None``,
     no parseable answer, counts as wrong), :data:`EVAL_COVERAGE` and :data:`EVAL_ANSWERED_EXACT_MATCH`.
@@ -120,3 +118,17 @@ def validation_accuracy(answers: Sequence[int | None], truths: Sequence[int]) ->
         EVAL_COVERAGE: len(answered) / len(answers) if answers else nan,
         EVAL_ANSWERED_EXACT_MATCH: correct / len(answered) if answered else nan,
     }
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl file; a torn last line (interrupted write) is skipped."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    rows = []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            log.warning("%s: skipping a torn line", p)
+    return rows

@@ -1,8 +1,8 @@
-"""Training recipes: pydantic models, YAML loading and dotted command-line overrides.
+"""Recipe files: loading by path or shipped name, dotted command-line overrides, errors that name the key, YAML out.
 
-A recipe is one YAML file under `recipes/` with typed sections (model, data, sft, rl, vllm, generation, reward,
-eval, logging, run; the models are in `recipe_sections`). Every section forbids unknown keys: a typo is an error
-naming the key path and the nearest valid key, unlike NeMo-RL which silently ignores `grpo.ratio_clip_max`.
+A recipe is one YAML file under `recipes/`; its typed model (`Recipe` and one section per YAML section) is in
+`recipe_model`. Every section forbids unknown keys: a typo is an error naming the key path and the nearest valid
+key, unlike NeMo-RL which silently ignores `grpo.ratio_clip_max`.
 """
 
 from __future__ import annotations
@@ -12,117 +12,50 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError
 
 from spatialiq_train.errors import InputError
 from spatialiq_train.io import read_text
-from spatialiq_train.recipe_sections import (  # noqa: F401 - the section models are part of this module's API
-    OPTIMIZER_KEYS,
-    VLLM_TO_GRPO,
-    DataSection,
-    DynamicSamplingSection,
-    EvalSamplingSection,
-    GenerationSection,
-    LoggingSection,
-    LoraSection,
-    MaxSteps,
-    ModelSection,
-    OptimizerSection,
-    OverlongSection,
-    RewardSection,
-    RLSection,
-    RunSection,
-    SFTSection,
-    ValidationSection,
-    VllmSection,
-    _PhaseSection,
-    _Section,
-)
+from spatialiq_train.recipe_model import OPTIMIZER_KEYS, Recipe
 
 
 class RecipeError(InputError):
     """A recipe file or override is invalid; the message names the file, key path and what would be right."""
 
 
-MOVED_KEYS: dict[tuple[str, str], str] = {
-    ("rl", "use_vllm"): "vllm.enabled",
-    ("rl", "vllm_mode"): "vllm.mode",
-    ("rl", "vllm_gpu_memory_utilization"): "vllm.gpu_memory_utilization",
-}
-"""Keys of older recipes that now live elsewhere: loading one is an error naming the new spelling."""
-
-
-class Recipe(_Section):
-    name: str
-    description: str = ""
-    model: ModelSection = Field(default_factory=ModelSection)
-    data: DataSection = Field(default_factory=DataSection)
-    sft: SFTSection = Field(default_factory=SFTSection)
-    rl: RLSection = Field(default_factory=RLSection)
-    vllm: VllmSection = Field(default_factory=VllmSection)
-    generation: GenerationSection = Field(default_factory=GenerationSection)
-    reward: RewardSection = Field(default_factory=RewardSection)
-    eval: EvalSamplingSection = Field(default_factory=EvalSamplingSection)
-    logging: LoggingSection = Field(default_factory=LoggingSection)
-    run: RunSection = Field(default_factory=RunSection)
-
-    @model_validator(mode="after")
-    def _across_sections(self) -> Recipe:
-        budget, window = self.generation.max_completion_length, self.rl.overlong.max_response_length
-        if self.vllm.max_model_len is not None and self.vllm.max_model_len <= budget:
-            raise ValueError(f"vllm.max_model_len ({self.vllm.max_model_len}) must exceed "
-                             f"generation.max_completion_length ({budget}): it holds the prompt and the completion")
-        if self.rl.overlong.enabled and self.rl.overlong.buffer_length > (window or budget):
-            raise ValueError(f"rl.overlong.buffer_length ({self.rl.overlong.buffer_length}) must not exceed the "
-                             f"window end ({window or budget}): the penalty would reach every completion")
-        for phase in ("sft", "rl"):
-            val = getattr(self, phase).validation
-            if val.every_steps is not None and self.data.eval_split is None:
-                raise ValueError(f"{phase}.validation.every_steps needs data.eval_split (the split validated on)")
-            if val.early_stopping_patience is not None and self.logging.save_steps % val.every_steps:
-                raise ValueError(f"{phase}.validation.early_stopping_patience loads the best checkpoint at the end, "
-                                 f"so logging.save_steps ({self.logging.save_steps}) must be a multiple of "
-                                 f"{phase}.validation.every_steps ({val.every_steps})")
-        return self
-
-
 # --- error messages -------------------------------------------------------------------------------------------
 
 
 def _fields_at(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
-    """Valid keys of the section at `path` (empty when `path` leaves the typed sections); a phase section also
-    accepts its optimizer keys written flat."""
+    """Valid keys of the section at `path` (empty when `path` leaves the typed sections)."""
     current: type[BaseModel] | None = model
     for key in path:
         if current is None or not isinstance(key, str) or key not in current.model_fields:
             return []
         annotation = current.model_fields[key].annotation
         current = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-    if current is None:
-        return []
-    flat = list(OPTIMIZER_KEYS) if issubclass(current, _PhaseSection) else []
-    return [*current.model_fields, *flat]
+    return [] if current is None else list(current.model_fields)
 
 
-def _as_written(loc: tuple[str | int, ...], data: dict[str, Any]) -> str:
-    """The key path as the recipe spelled it: `sft.max_steps` for a flat optimizer key, else the model's path."""
-    path = ".".join(str(p) for p in loc)
-    if len(loc) >= 3 and loc[1] == "optimizer" and loc[0] in ("sft", "rl"):
-        section = data.get(str(loc[0]))
-        if isinstance(section, dict) and loc[2] in section:
-            return ".".join(str(p) for p in (loc[0], *loc[2:]))
-    return path
+def _hint(loc: tuple[str | int, ...], valid: list[str]) -> str:
+    """`did you mean ...?` for an unknown key: the nearest valid key; under a phase, the optimizer keys count too
+    (`rl.learning_rate` is `rl.optimizer.learning_rate`)."""
+    prefix = "".join(f"{p}." for p in loc[:-1])
+    candidates = {key: f"{prefix}{key}" for key in valid}
+    if len(loc) == 2 and loc[0] in ("sft", "rl"):
+        candidates |= {key: f"{prefix}optimizer.{key}" for key in OPTIMIZER_KEYS if key not in candidates}
+    near = difflib.get_close_matches(str(loc[-1]), list(candidates), n=1, cutoff=0.5)
+    return f"did you mean '{candidates[near[0]]}'?" if near else ""
 
 
-def _describe(exc: ValidationError, source: str, data: dict[str, Any] | None = None) -> str:
+def _describe(exc: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid recipe"]
     for err in exc.errors():
         loc = tuple(err["loc"])
-        path = _as_written(loc, data or {})
+        path = ".".join(str(p) for p in loc)
         if err["type"] == "extra_forbidden":
             valid = _fields_at(Recipe, loc[:-1])
-            near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            hint = f"did you mean '{'.'.join([*map(str, loc[:-1]), near[0]])}'?" if near else ""
+            hint = _hint(loc, valid)
             lines.append(f"  unknown key '{path}' {hint} (valid keys here: {', '.join(valid)})")
         else:
             got = err.get("input")
@@ -133,19 +66,14 @@ def _describe(exc: ValidationError, source: str, data: dict[str, Any] | None = N
     return "\n".join(lines)
 
 
-def _moved_keys(data: dict[str, Any], source: str) -> None:
-    for (section, key), new in MOVED_KEYS.items():
-        if isinstance(data.get(section), dict) and key in data[section]:
-            raise RecipeError(f"{source}: key '{section}.{key}' has moved: write '{new}' instead")
-
-
 # --- loading ----------------------------------------------------------------------------------------------------
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """`rl.learning_rate=1e-6` -> (["rl", "learning_rate"], 1e-6); the value goes through yaml.safe_load."""
+    """`rl.optimizer.learning_rate=1e-6` -> (["rl", "optimizer", "learning_rate"], 1e-6); the value goes through
+    yaml.safe_load."""
     if "=" not in text:
-        raise RecipeError(f"override {text!r}: expected KEY.PATH=VALUE, e.g. rl.learning_rate=1e-6")
+        raise RecipeError(f"override {text!r}: expected KEY.PATH=VALUE, e.g. rl.optimizer.learning_rate=1e-6")
     key, _, raw = text.partition("=")
     parts = [p for p in key.strip().split(".") if p]
     if not parts:
@@ -168,9 +96,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def set_key(data: dict[str, Any], parts: list[str], value: Any, what: str) -> None:
     """Set the key path ``parts`` of ``data`` to an already parsed ``value``, in place: sections are created as
-    needed, the key's whole value is replaced, and the other spelling of an optimizer key is dropped
-    (``rl.learning_rate`` replaces ``rl.optimizer.learning_rate``, and the reverse). ``what`` names the setting
-    in the RecipeError raised when a section on the path is a value."""
+    needed and the key's whole value is replaced. ``what`` names the setting in the RecipeError raised when a
+    section on the path is a value."""
     node = data
     for i, part in enumerate(parts[:-1]):
         child = node.setdefault(part, {})
@@ -178,36 +105,15 @@ def set_key(data: dict[str, Any], parts: list[str], value: Any, what: str) -> No
             raise RecipeError(f"{what}: '{'.'.join(parts[: i + 1])}' is a value, not a section")
         node = child
     node[parts[-1]] = value
-    _drop_other_spelling(data, parts)
-
-
-def canonical_key(key: str) -> str:
-    """The dotted key as the validated recipe holds it: ``rl.learning_rate`` -> ``rl.optimizer.learning_rate``."""
-    parts = key.split(".")
-    if len(parts) == 2 and parts[0] in ("sft", "rl") and parts[1] in OPTIMIZER_KEYS:
-        return f"{parts[0]}.optimizer.{parts[1]}"
-    return key
-
-
-def _drop_other_spelling(data: dict[str, Any], parts: list[str]) -> None:
-    """An override of `rl.learning_rate` replaces `rl.optimizer.learning_rate` in the file, and the reverse."""
-    if parts[0] not in ("sft", "rl") or parts[-1] not in OPTIMIZER_KEYS or not isinstance(data.get(parts[0]), dict):
-        return
-    section = data[parts[0]]
-    if parts[1:] == [parts[-1]] and isinstance(section.get("optimizer"), dict):
-        section["optimizer"].pop(parts[-1], None)
-    elif parts[1:] == ["optimizer", parts[-1]]:
-        section.pop(parts[-1], None)
 
 
 def recipe_from_dict(data: dict[str, Any], source: str = "<recipe>") -> Recipe:
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: a recipe is a YAML mapping, got {type(data).__name__}")
-    _moved_keys(data, source)
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
-        raise RecipeError(_describe(exc, source, data)) from None
+        raise RecipeError(_describe(exc, source)) from None
 
 
 def _shipped_recipes_dir() -> Path:

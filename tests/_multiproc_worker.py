@@ -27,18 +27,18 @@ parity_reward.__name__ = "parity"
 
 
 def overrides() -> list[str]:
-    return [f"sft.max_steps={SFT_STEPS}", "sft.per_device_train_batch_size=2", f"rl.max_steps={RL_STEPS}",
-            f"rl.num_generations={G}", f"rl.per_device_train_batch_size={2 * G}",
+    return [f"sft.optimizer.max_steps={SFT_STEPS}", "sft.optimizer.per_device_train_batch_size=2",
+            f"rl.optimizer.max_steps={RL_STEPS}",
+            f"rl.num_generations={G}", f"rl.optimizer.per_device_train_batch_size={2 * G}",
             "rl.dynamic_sampling.max_refill_rounds=2", "generation.max_completion_length=12",
             "logging.save_steps=100", "run.device=cpu"]
 
 
 def main() -> None:
     import torch
-    from _train_support import tiny_recipe
+    from _train_support import model_digest, tiny_recipe
 
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.distributed import model_digest
     from spatialiq_train.train.export import export_final
     from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
     from spatialiq_train.train.sft import build_sft_trainer

@@ -1,9 +1,11 @@
-"""Helpers for the training tests: synthetic trace JSONL with PIL images, recipe loading, one torch thread."""
+"""Helpers for the training tests: synthetic trace JSONL with PIL images, recipe loading, one torch thread, weight
+digests (ranks in step, a trained model changed) and the refill capacity of dynamic sampling."""
 
 from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
 import json
 import shutil
 import tempfile
@@ -66,3 +68,27 @@ def tiny_model_dir() -> str:
     folder = tempfile.mkdtemp(prefix="tiny-qwen25vl-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return str(save_tiny(Path(folder) / "model", seed=0))
+
+
+def disjoint_capacity(n_rows: int, n_groups: int, world: int) -> int:
+    """How many refill rounds per generation stay free of repeated prompts across all ranks."""
+    per_round = n_groups * world
+    return n_rows // per_round if per_round else 0
+
+
+def state_digest(state: dict[str, Any]) -> str:
+    """SHA-256 over a state dict's names, shapes, dtypes and bytes (names sorted)."""
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def model_digest(model: Any) -> str:
+    """`state_digest` of an (unwrapped) model's parameters and buffers."""
+    return state_digest(dict(model.state_dict()))

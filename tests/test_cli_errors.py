@@ -107,12 +107,12 @@ def test_os_errors_become_sentences() -> None:
 
 
 def test_library_error_types_are_user_errors_with_the_right_code() -> None:
-    from data_gen.generate import GenerationError
+    from data_gen.config import GenerationError
     from data_gen.render.base import RenderError
     from eval.rawcsv import RawCsvError
     from spatialiq_train.dataset import DatasetError, DatasetNotFoundError, GroundTruthError
     from spatialiq_train.recipes import RecipeError
-    from spatialiq_train.train.data import TraceError
+    from spatialiq_train.traces import TraceError
 
     for cls in (RecipeError, TraceError, GroundTruthError, DatasetError, RawCsvError, InputError):
         assert issubclass(cls, UserError) and issubclass(cls, ValueError) and cls("m").exit_code == EXIT_USAGE, cls

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from data_gen import splits, writer
-from data_gen.generate import GenConfig, run
+from data_gen import writer
+from data_gen.config import GenConfig
+from data_gen.generate import run
 from data_gen.traces import build_traces, load_views
-from spatialiq_train import dataset
+from spatialiq_train import dataset, splits
 from spatialiq_train.cli import app
 from spatialiq_train.dataset import (
     GT_FIELDS,
@@ -36,10 +37,10 @@ class PatternRenderer:
     num_environments = 1
 
     def render(self, spec):  # noqa: ANN001, ANN201
-        from data_gen import raycast
+        from data_gen import visibility
         from data_gen.render import RenderResult
 
-        ids, _ = raycast.cast(np.asarray(spec.height_map), spec.camera)
+        ids, _ = visibility.cast(np.asarray(spec.height_map), spec.camera)
         ids = np.asarray(ids).reshape(spec.camera.resolution, spec.camera.resolution)
         rgb = np.zeros((*ids.shape, 3), np.uint8)
         rgb[..., 0] = (ids + 1) * 7 % 256
@@ -141,7 +142,7 @@ def test_rendered_parquet_carries_images(tmp_path: Path) -> None:
 def test_traces_of_a_parquet_only_dataset_carry_their_images(tmp_path: Path) -> None:
     import json
 
-    from spatialiq_train.train.data import trace_to_example
+    from spatialiq_train.traces import trace_to_example
 
     out = tmp_path / "r"
     run(GenConfig(out=out, structures=1, seed=1, split="train", resolution=16, renderer="mitsuba"),

@@ -61,7 +61,7 @@ def test_demo_training_overrides_are_valid_recipe_keys() -> None:
     from spatialiq_train.recipes import load_recipe
 
     recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "tiny_cpu.yaml", list(DEMO_TRAINING))
-    assert (recipe.sft.max_steps, recipe.rl.max_steps) == (120, 16)
+    assert (recipe.sft.optimizer.max_steps, recipe.rl.optimizer.max_steps) == (120, 16)
 
 
 def test_demo_stops_at_the_first_failing_step(tmp_path: Path, monkeypatch) -> None:

@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from data_gen import fidelity
+from data_gen.config import GenConfig
 from data_gen.fidelity import FIELDS, Views, compare
-from data_gen.generate import GenConfig, run
+from data_gen.generate import run
 from spatialiq_train.cli import app
 
 RAW = "fixtures/paper_outputs/raw/eval_raw_qwen_text.csv"

@@ -10,11 +10,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from data_gen import executor, generate, identity, layout, plan, shards, splits, structure, writer
-from data_gen.camera import LEAF_VIEWS
-from data_gen.generate import GenConfig, GenerationError, run
+from data_gen import executor, identity, plan, shards, structure, visibility, writer
+from data_gen.config import VIEWS_PER_STRUCTURE, GenConfig, GenerationError
+from data_gen.generate import run
 from data_gen.render.device import device_identity as probe_device  # the real probe (tests patch it)
+from spatialiq_train import splits
 from spatialiq_train.cli import app
+from spatialiq_train.dataset import iter_leaf_dirs, iter_scene_files, read_gt
+from spatialiq_train.io import sha256_file
+from spatialiq_train.views import LEAF_VIEWS, sample_relpath, view_relpath
 
 RES = 48  # small images keep the ray casts fast; test_resolution_512 covers the benchmark size once
 GT_KEYS = ["object_type", "sample_idx", "view_idx", "offset", "fov", "dist", "task1", "task_main", "task2", "task3",
@@ -62,14 +66,14 @@ class FakeRenderer:
         self.calls, self.fail_on, self.specs = 0, fail_on, []
 
     def render(self, spec):  # noqa: ANN001, ANN201
-        from data_gen import raycast
+        from data_gen import visibility
         from data_gen.render import RenderResult
 
         self.calls += 1
         self.specs.append(spec)
         if self.fail_on is not None and self.calls == self.fail_on:
             raise RuntimeError("simulated renderer crash")
-        ids, _ = raycast.cast(np.asarray(spec.height_map), spec.camera)
+        ids, _ = visibility.cast(np.asarray(spec.height_map), spec.camera)
         ids = np.asarray(ids).reshape(spec.camera.resolution, spec.camera.resolution)
         rgb = np.zeros((*ids.shape, 3), np.uint8)
         rgb[..., 0] = (ids + 1) * 3 % 256
@@ -79,7 +83,7 @@ class FakeRenderer:
 
 def test_layout_and_keys(tmp_path: Path, truth: types.ModuleType) -> None:
     manifest = run(cfg(tmp_path, structures=2, split="benchmark"), progress=False)
-    scenes = list(layout.iter_scene_files(tmp_path))
+    scenes = list(iter_scene_files(tmp_path))
     assert [p.relative_to(tmp_path).as_posix() for p in scenes] == [
         "benchmark/level_1/sample_00001/scene.json", "benchmark/level_1/sample_00002/scene.json"]
     scene = json.loads(scenes[0].read_text())
@@ -88,8 +92,8 @@ def test_layout_and_keys(tmp_path: Path, truth: types.ModuleType) -> None:
     assert scene["structure_id"] == structure.structure_id(hmap)
     assert splits.split_of(scene["structure_id"]) == "benchmark"
     assert np.array_equal(hmap, structure.sample_structure(structure.structure_rng(7, scene["index"])))
-    assert scene["total_blocks"] == hmap.sum() and scene["visible_blocks"] == structure.scene_visible_count(hmap)
-    views = list(layout.iter_leaf_dirs(scenes[0].parent))
+    assert scene["total_blocks"] == hmap.sum() and scene["visible_blocks"] == visibility.scene_visible_count(hmap)
+    views = list(iter_leaf_dirs(scenes[0].parent))
     assert len(views) == 16 and {v.leaf for v in views} == set(LEAF_VIEWS)
     gt_text = (views[0].path / "gt.json").read_text()
     gt = json.loads(gt_text)
@@ -110,12 +114,12 @@ def test_parquet_loads_with_datasets_one_row_per_view(tmp_path: Path, truth: typ
     row = ds[0]
     sid = row["structure_id"]
     assert row["trainval"] == splits.partition_of(sid, "trainval") and row["dapo"] == splits.partition_of(sid, "dapo")
-    gt = layout.read_gt(tmp_path / row["view"])
+    gt = read_gt(tmp_path / row["view"])
     for key in ("task_main", "task5", "num_hidden_blocks", "task9", "view_idx", "offset"):
         assert row[key] == gt[key]
     assert row["visible_blocks"] == gt["visible_blocks"]
     assert sorted({(r["sample_idx"], r["view"]) for r in ds}) == sorted(
-        (i, layout.view_relpath("train", i, leaf)) for i in (1, 2, 3) for leaf in LEAF_VIEWS)
+        (i, view_relpath("train", i, leaf)) for i in (1, 2, 3) for leaf in LEAF_VIEWS)
 
 
 def test_same_seed_same_bytes_and_other_seed_differs(tmp_path: Path, truth: types.ModuleType) -> None:
@@ -146,14 +150,14 @@ def test_resume_after_interruption_is_byte_identical(
     monkeypatch.setattr(truth, "structure_truth", flaky)
     with pytest.raises(GenerationError, match=r"train/level_1/sample_00004.*simulated crash"):
         run(cfg(broken, structures=6, num_shards=3), progress=False)
-    assert generate.shard_complete(broken, "train", 0, 3)
-    assert not generate.shard_complete(broken, "train", 1, 3)
+    assert shards.shard_complete(broken, "train", 0, 3)
+    assert not shards.shard_complete(broken, "train", 1, 3)
     assert not (broken / "data/train-00001-of-00003.parquet").exists()
     assert not (broken / "manifest.json").exists()
     assert not [p for p in broken.rglob("*") if p.name.endswith(".tmp")]
     monkeypatch.setattr(truth, "structure_truth", original)
     # a writer killed mid-file leaves its temp file behind; the rerun of that shard removes it
-    leftover = broken / layout.view_relpath("train", 3, LEAF_VIEWS[0]) / ".gt.json.abc123.tmp"
+    leftover = broken / view_relpath("train", 3, LEAF_VIEWS[0]) / ".gt.json.abc123.tmp"
     leftover.write_text("{half")
     (broken / "data" / ".train-00001-of-00003.parquet.x.tmp").write_bytes(b"PAR1")
     run(cfg(broken, structures=6, num_shards=3), progress=False)
@@ -183,7 +187,7 @@ def test_merge_detects_tampering_and_missing_shards(tmp_path: Path, truth: types
     shard.write_bytes(bytes(data))
     result = CliRunner().invoke(app, ["gen-merge", "--out", str(tmp_path / "d")])
     assert result.exit_code == 1 and "train-00000-of-00001.parquet: sha256" in result.output
-    assert not generate.shard_complete(tmp_path / "d", "train", 0, 1)  # a rerun of gen would redo it
+    assert not shards.shard_complete(tmp_path / "d", "train", 0, 1)  # a rerun of gen would redo it
 
 
 def test_rerun_with_other_arguments_names_the_argument(tmp_path: Path, truth: types.ModuleType) -> None:
@@ -231,8 +235,8 @@ def test_stale_plan_is_an_error(tmp_path: Path, truth: types.ModuleType) -> None
 
 def test_shard_ranges_cover_every_sample_once() -> None:
     for n, k in ((5, 2), (64, 1), (100, 7), (3, 3)):
-        covered = [i for s in range(k) for i in range(generate.shard_range(s, k, n)[0],
-                                                        generate.shard_range(s, k, n)[1] + 1)]
+        covered = [i for s in range(k) for i in range(shards.shard_range(s, k, n)[0],
+                                                        shards.shard_range(s, k, n)[1] + 1)]
         assert covered == list(range(1, n + 1))
     assert GenConfig(out=Path("x"), structures=130, seed=0, split="train").shard_count == 3
 
@@ -264,7 +268,7 @@ def test_cli_gen_end_to_end(tmp_path: Path, truth: types.ModuleType) -> None:
     assert "2 structures, 32 views, 1 shard(s)" in result.output
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     shard = manifest["shards"][0]
-    assert shard["sha256"] == writer.sha256_file(tmp_path / shard["path"])
+    assert shard["sha256"] == sha256_file(tmp_path / shard["path"])
 
 
 def test_renderer_writes_png_and_image_column(tmp_path: Path, truth: types.ModuleType) -> None:
@@ -313,8 +317,8 @@ def test_can_visibility_comes_from_the_instance_buffer(tmp_path: Path) -> None:
         progress=False)
     differs = 0
     for leaf, buffer in zip(LEAF_VIEWS, renderer.buffers, strict=True):  # rendered in leaf order
-        rel = layout.view_relpath("train", 1, leaf)
-        cube, can = layout.read_gt(tmp_path / "cube" / rel), layout.read_gt(tmp_path / "can" / rel)
+        rel = view_relpath("train", 1, leaf)
+        cube, can = read_gt(tmp_path / "cube" / rel), read_gt(tmp_path / "can" / rel)
         assert can["object_type"] == "can"
         assert can["visible_blocks"] == sorted(list(b) for b in buffer)  # what the buffer shows, not the caster
         differs += can["visible_blocks"] != cube["visible_blocks"]
@@ -326,7 +330,7 @@ def test_renderer_crash_names_the_view_and_leaves_the_shard_incomplete(
 ) -> None:
     with pytest.raises(GenerationError, match=r"view train/level_1/sample_00001/view_0\d/offset.*simulated renderer"):
         run(cfg(tmp_path, structures=1, renderer="mitsuba"), renderer=FakeRenderer(fail_on=5), progress=False)
-    assert not generate.shard_complete(tmp_path, "train", 0, 1)
+    assert not shards.shard_complete(tmp_path, "train", 0, 1)
     assert not (tmp_path / "shards").exists()
 
 
@@ -350,7 +354,7 @@ def test_workers_give_identical_bytes(tmp_path: Path) -> None:
 
 def test_resolution_512(tmp_path: Path) -> None:
     run(GenConfig(out=tmp_path, structures=1, seed=1, split="train"), progress=False)
-    gts = [layout.read_gt(v.path) for v in layout.iter_leaf_dirs(tmp_path / layout.sample_relpath("train", 1))]
+    gts = [read_gt(v.path) for v in iter_leaf_dirs(tmp_path / sample_relpath("train", 1))]
     assert len(gts) == 16
     assert all(g["task5"] + g["num_hidden_blocks"] == g["task_main"] for g in gts)
     assert json.loads((tmp_path / "gen_config.json").read_text())["resolution"] == 512
@@ -402,7 +406,7 @@ def test_mitsuba_end_to_end_small(tmp_path: Path) -> None:
 
     with Image.open(pngs[0]) as img:
         assert img.size == (32, 32) and img.mode == "RGB"
-    gts = [layout.read_gt(p.parent) for p in pngs]
+    gts = [read_gt(p.parent) for p in pngs]
     assert all(g["object_type"] == "can" and g["task5"] == len(g["visible_blocks"]) > 0 for g in gts)
 
 
@@ -429,7 +433,7 @@ def test_render_backend_is_recorded_and_a_different_variant_is_refused(tmp_path:
         run(shard1, renderer=VariantRenderer("scalar_rgb"), progress=False)
     assert not (tmp_path / "shards/train-00001-of-00002.done.json").exists()
     run(shard1, renderer=VariantRenderer("llvm_ad_rgb"), progress=False)
-    manifest = generate.merge(tmp_path)
+    manifest = shards.merge(tmp_path)
     assert manifest["arguments"]["render_backend"] == recorded
 
 
@@ -442,7 +446,7 @@ def test_merge_refuses_a_shard_rendered_with_another_backend(tmp_path: Path) -> 
     done.write_text(json.dumps(record))
     with pytest.raises(GenerationError, match=r"train-00001-of-00002\.done\.json: this dataset was rendered with "
                                               r"cuda_ad_rgb; this machine resolves scalar_rgb"):
-        generate.merge(tmp_path)
+        shards.merge(tmp_path)
 
 
 def test_plan_only_records_no_backend_and_the_first_rendering_run_does(tmp_path: Path) -> None:
@@ -505,10 +509,10 @@ def test_planning_workers_build_no_renderer(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(identity, "make_renderer", boom)
     c = cfg(Path("x"), renderer="mitsuba", workers=2)
-    generate._init_worker(c.model_dump_json(), False)
-    assert generate._STATE["renderer"] is None and generate._STATE["cfg"] == c
+    executor._init_worker(c.model_dump_json(), False)
+    assert executor._STATE["renderer"] is None and executor._STATE["cfg"] == c
     with pytest.raises(AssertionError, match="planning worker"):
-        generate._init_worker(c.model_dump_json(), True)
+        executor._init_worker(c.model_dump_json(), True)
 
 
 @pytest.mark.parametrize(("target", "key"), [("gen_config.json", "split"),
@@ -520,7 +524,7 @@ def test_merge_names_the_file_and_the_missing_key(tmp_path: Path, truth: types.M
     del data[key]
     (tmp_path / target).write_text(json.dumps(data))
     with pytest.raises(GenerationError, match=rf"{target.split('/')[-1]}: key '{key}' missing"):
-        generate.merge(tmp_path)
+        shards.merge(tmp_path)
 
 
 def test_plan_file_without_entries_names_the_file_and_key(tmp_path: Path) -> None:
@@ -542,7 +546,7 @@ def test_shard_record_counts_every_partition_kind(tmp_path: Path, truth: types.M
     record = json.loads((tmp_path / "shards/train-00000-of-00001.done.json").read_text())
     assert set(record["partitions"]) == set(splits.PARTITIONS)
     assert all(sum(sides.values()) == 3 for sides in record["partitions"].values())
-    assert generate.VIEWS_PER_STRUCTURE == len(LEAF_VIEWS) and record["views"] == 3 * len(LEAF_VIEWS)
+    assert VIEWS_PER_STRUCTURE == len(LEAF_VIEWS) and record["views"] == 3 * len(LEAF_VIEWS)
 
 
 class ClosingRenderer(VariantRenderer):
@@ -572,13 +576,13 @@ def test_a_renderer_built_by_run_is_closed_and_an_injected_one_is_not(
 
 def test_plan_only_asks_its_workers_for_no_renderer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     flags: list[bool] = []
-    real_init = generate._Executor.__init__
+    real_init = executor.Executor.__init__
 
     def spy(self, c, renderer, render=True):  # noqa: ANN001, ANN202
         flags.append(render)
         real_init(self, c, renderer, render)
 
-    monkeypatch.setattr(generate._Executor, "__init__", spy)
+    monkeypatch.setattr(executor.Executor, "__init__", spy)
     monkeypatch.setattr(identity, "make_renderer", lambda c: (_ for _ in ()).throw(AssertionError("built")))
     run(cfg(tmp_path, structures=2, renderer="mitsuba", workers=2), progress=False, plan_only=True)
     assert flags == [False] and (tmp_path / "plan.json").is_file()
@@ -611,7 +615,7 @@ def test_the_render_device_is_recorded_and_a_shard_on_another_device_is_refused(
         run(shard1, renderer=DeviceRenderer(gpu="NVIDIA A100-SXM4-80GB", compute_capability="8.0"), progress=False)
     assert not (tmp_path / "shards/train-00001-of-00002.done.json").exists()
     run(shard1, renderer=DeviceRenderer(), progress=False)
-    assert generate.merge(tmp_path)["arguments"]["render_backend"] == recorded
+    assert shards.merge(tmp_path)["arguments"]["render_backend"] == recorded
 
 
 def test_merge_names_the_shard_and_the_device_field_that_differs(tmp_path: Path) -> None:
@@ -623,7 +627,7 @@ def test_merge_names_the_shard_and_the_device_field_that_differs(tmp_path: Path)
     with pytest.raises(GenerationError, match=r"train-00001-of-00002\.done\.json: this dataset was rendered on a "
                                               r"device with compute_capability '9\.0'; this machine has "
                                               r"compute_capability '8\.6'.*delete this shard's \.done\.json"):
-        generate.merge(tmp_path)
+        shards.merge(tmp_path)
 
 
 def test_a_backend_recorded_without_a_device_is_refused_by_name(tmp_path: Path) -> None:
@@ -683,8 +687,8 @@ def test_verify_reports_damaged_files_and_a_rerun_repairs_them_byte_for_byte(tmp
     original = tree(tmp_path)
     verify = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
     assert verify.exit_code == 0 and "verified 134 file(s)" in verify.output and "all match" in verify.output
-    gt = layout.view_relpath("train", 1, LEAF_VIEWS[3]) + "/gt.json"
-    png = layout.view_relpath("train", 4, LEAF_VIEWS[9]) + "/view.png"
+    gt = view_relpath("train", 1, LEAF_VIEWS[3]) + "/gt.json"
+    png = view_relpath("train", 4, LEAF_VIEWS[9]) + "/view.png"
     for rel in (gt, png):
         (tmp_path / rel).write_bytes(original[rel][: len(original[rel]) // 2])  # truncated
     verify = CliRunner().invoke(app, ["gen", "--verify", "--out", str(tmp_path)])
@@ -703,7 +707,7 @@ def test_verify_reports_damaged_files_and_a_rerun_repairs_them_byte_for_byte(tmp
 def test_verify_reports_a_missing_file_a_bad_parquet_and_an_incomplete_shard(tmp_path: Path) -> None:
     run(cfg(tmp_path, structures=2, num_shards=2), progress=False)
     original = tree(tmp_path)
-    scene = layout.sample_relpath("train", 2) + "/scene.json"
+    scene = sample_relpath("train", 2) + "/scene.json"
     (tmp_path / scene).unlink()
     parquet = "data/train-00000-of-00002.parquet"
     (tmp_path / parquet).write_bytes(b"PAR1")
@@ -740,7 +744,7 @@ def test_a_completion_record_that_is_not_an_object_is_refused_by_name(tmp_path: 
 def test_a_repair_that_does_not_reproduce_the_bytes_is_refused(tmp_path: Path, truth: types.ModuleType,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     run(cfg(tmp_path, structures=1), progress=False)
-    gt = tmp_path / layout.view_relpath("train", 1, LEAF_VIEWS[0]) / "gt.json"
+    gt = tmp_path / view_relpath("train", 1, LEAF_VIEWS[0]) / "gt.json"
     gt.write_text("{")
     original = truth.structure_truth
 

@@ -69,8 +69,8 @@ def test_probe_texts_skip_views_without_the_trace_fields() -> None:
 
 def test_split_may_name_a_train_partition(tmp_path: Path) -> None:
     """``--split rl`` reads the train views whose structure falls in the RL partition, as the traces decide it."""
-    from data_gen.splits import part_of
     from eval.scenes import find_scenes
+    from spatialiq_train.splits import part_of
     from spatialiq_train.views import LEAF_VIEWS, sample_relpath, view_relpath
 
     gt = {**GT, "total_blocks": 14, "object_type": "cube"}

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from _train_support import REPO, tiny_model_dir, write_traces
 
-from spatialiq_train.train.logging import read_metrics
+from spatialiq_train.metrics import read_metrics
 
 WORKER = REPO / "tests" / "_multiproc_worker.py"
 ACCELERATE_CONFIG = REPO / "recipes" / "accelerate" / "ddp_2cpu.yaml"
@@ -61,7 +61,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
 
 @pytest.mark.slow
 def test_two_ranks_train_in_step(two_ranks) -> None:  # noqa: ANN001
-    from spatialiq_train.train.distributed import model_digest
+    from _train_support import model_digest
 
     out, reports, _ = two_ranks
     assert [r["world"] for r in reports] == [2, 2] and [r["rank"] for r in reports] == [0, 1]

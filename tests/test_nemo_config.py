@@ -172,8 +172,9 @@ def test_shipped_key_file_regenerates_from_v0_7_0(tmp_path):
 
 SHIPPED = sorted(p.stem for p in SHIPPED_RECIPES.glob("*.yaml"))
 DAPO = [n for n in SHIPPED if n.startswith("dapo_")]
-PAPER_OVERRIDES = ["rl.num_generations=8", "rl.weight_decay=0.01", "rl.warmup_steps=50", "rl.max_steps=500",
-                   "rl.learning_rate=5e-7", "rl.lr_scheduler_type=constant_with_warmup", "rl.beta=0.05",
+PAPER_OVERRIDES = ["rl.num_generations=8", "rl.optimizer.weight_decay=0.01", "rl.optimizer.warmup_steps=50",
+                   "rl.optimizer.max_steps=500", "rl.optimizer.learning_rate=5e-7",
+                   "rl.optimizer.lr_scheduler_type=constant_with_warmup", "rl.beta=0.05",
                    "rl.epsilon=0.2", "rl.epsilon_high=0.28", "rl.loss_type=dapo", "rl.scale_rewards=group",
                    "rl.dynamic_sampling.enabled=true", "rl.dynamic_sampling.max_refill_rounds=10",
                    "generation.max_completion_length=1024", "generation.temperature=1.0", "generation.top_p=1.0"]

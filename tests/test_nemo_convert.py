@@ -149,7 +149,7 @@ def test_weight_checks_catch_a_changed_copy_and_a_tensor_missing_from_its_file(t
     dst = tmp_path / "dst"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*token*", "*processor*", "chat_template*"))
     if not (dst / "model.safetensors.index.json").is_file():
-        from spatialiq_train.release.checkpoint import write_single_index
+        from spatialiq_train.hf_export import write_single_index
 
         write_single_index(dst / "model.safetensors")
     assert verify_weights(dst, dst) > 10  # weights written in place: the index against the files only

@@ -70,7 +70,7 @@ def test_step_rewards_equal_the_trl_reward_functions(weights: dict[str, float]) 
 
 
 def test_metrics_use_the_namespaced_names() -> None:
-    from spatialiq_train.metrics import is_known
+    from _metric_names import is_known
 
     logs, meta = _batch()
     env = SpatialIQEnvironment({"reward": {"format": 0.1, "integer_distance": 0.9}})

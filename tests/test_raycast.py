@@ -7,17 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from data_gen.camera import (
-    LEAF_VIEWS,
-    Camera,
-    LeafView,
-    block_center,
-    framing,
-    leaf_camera,
-    nominal_camera,
-    pixel_rays,
-)
-from data_gen.raycast import (
+from data_gen.camera import Camera, block_center, framing, leaf_camera, nominal_camera, pixel_rays
+from data_gen.structure import sample_structure, structure_rng
+from data_gen.visibility import (
     NO_BLOCK,
     block_id,
     block_of,
@@ -28,7 +20,7 @@ from data_gen.raycast import (
     visible_set,
     window_rays,
 )
-from data_gen.structure import sample_structure, structure_rng
+from spatialiq_train.views import LEAF_VIEWS, LeafView
 
 # ---------------------------------------------------------------- block ids
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from spatialiq_train.recipe_model import Recipe
 from spatialiq_train.recipes import (
-    Recipe,
     RecipeError,
     apply_overrides,
     load_recipe,
@@ -42,13 +42,13 @@ def test_paper_values(scale: str) -> None:
     assert dapo.reward.weights == {"format": 0.1, "integer_distance": 0.9}
     assert (dapo.rl.epsilon, dapo.rl.epsilon_high, dapo.rl.loss_type) == (0.2, 0.28, "dapo")
     assert (dapo.rl.beta, dapo.rl.kl_estimator) == (0.05, "k3")
-    assert dapo.rl.learning_rate == 5e-7 and dapo.rl.warmup_steps > 0
+    assert dapo.rl.optimizer.learning_rate == 5e-7 and dapo.rl.optimizer.warmup_steps > 0
     assert dapo.rl.dynamic_sampling.enabled and dapo.rl.overlong.enabled
     assert (dapo.data.sft_split, dapo.data.rl_split) == ("warmup", "rl")
     assert dapo.model.name_or_path == f"Qwen/Qwen2.5-VL-{scale.upper()}-Instruct"
     for kind in ("plain", "cot"):
         sft = load_recipe(RECIPES / f"sft_{kind}_{scale}.yaml")
-        assert sft.sft.learning_rate == 2e-5 and sft.sft.assistant_only_loss
+        assert sft.sft.optimizer.learning_rate == 2e-5 and sft.sft.assistant_only_loss
         assert sft.data.traces_dir.endswith(kind)
 
 
@@ -74,35 +74,35 @@ def test_bad_value_names_key() -> None:
     with pytest.raises(RecipeError, match=r"epsilon_high"):
         recipe_from_dict({"name": "x", "rl": {"epsilon": 0.3, "epsilon_high": 0.2}})
     with pytest.raises(RecipeError, match=r"= 6 must be a multiple of rl.num_generations = 4"):
-        recipe_from_dict({"name": "x", "rl": {"per_device_train_batch_size": 3, "steps_per_generation": 2,
-                                              "num_generations": 4}})
+        recipe_from_dict({"name": "x", "rl": {"optimizer": {"per_device_train_batch_size": 3},
+                                              "steps_per_generation": 2, "num_generations": 4}})
 
 
 def test_parse_override_uses_yaml_values() -> None:
-    assert parse_override("rl.learning_rate=1.0e-6") == (["rl", "learning_rate"], 1e-6)
+    assert parse_override("rl.optimizer.learning_rate=1.0e-6") == (["rl", "optimizer", "learning_rate"], 1e-6)
     assert parse_override("rl.dynamic_sampling.enabled=false") == (["rl", "dynamic_sampling", "enabled"], False)
     assert parse_override("reward.weights={format: 1}") == (["reward", "weights"], {"format": 1})
     assert parse_override("data.eval_split=null") == (["data", "eval_split"], None)
     with pytest.raises(RecipeError, match="KEY.PATH=VALUE"):
-        parse_override("rl.learning_rate")
+        parse_override("rl.optimizer.learning_rate")
 
 
 def test_overrides_apply_and_validate() -> None:
     data = {"name": "x", "rl": {"beta": 0.05}}
-    out = apply_overrides(data, ["rl.beta=0.0", "rl.learning_rate=1e-6", "generation.temperature=0.7"])
+    out = apply_overrides(data, ["rl.beta=0.0", "rl.optimizer.learning_rate=1e-6", "generation.temperature=0.7"])
     assert data["rl"] == {"beta": 0.05}  # input untouched
     recipe = recipe_from_dict(out)
-    assert (recipe.rl.beta, recipe.rl.learning_rate, recipe.generation.temperature) == (0.0, 1e-6, 0.7)
+    assert (recipe.rl.beta, recipe.rl.optimizer.learning_rate, recipe.generation.temperature) == (0.0, 1e-6, 0.7)
     with pytest.raises(RecipeError, match="is a value, not a section"):
         apply_overrides(data, ["rl.beta.x=1"])
-    with pytest.raises(RecipeError, match="did you mean 'rl.learning_rate'"):
+    with pytest.raises(RecipeError, match="did you mean 'rl.optimizer.learning_rate'"):
         recipe_from_dict(apply_overrides(data, ["rl.learnig_rate=1"]))
 
 
 def test_defaults_are_the_paper_defaults() -> None:
     r = Recipe(name="defaults")
     assert r.reward.weights == {"format": 0.1, "integer_distance": 0.9}
-    assert (r.rl.learning_rate, r.sft.learning_rate, r.rl.beta) == (5e-7, 2e-5, 0.05)
+    assert (r.rl.optimizer.learning_rate, r.sft.optimizer.learning_rate, r.rl.beta) == (5e-7, 2e-5, 0.05)
 
 
 def test_cli_validate_exit_codes(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_cli_validate_exit_codes(tmp_path: Path) -> None:
     bad.write_text("name: bad\nsft:\n  learnin_rate: 1\n")
     res = runner.invoke(app, ["recipes", "validate", str(bad)])
     assert res.exit_code != 0
-    assert "sft.learning_rate" in res.output
+    assert "sft.optimizer.learning_rate" in res.output
     missing = runner.invoke(app, ["recipes", "validate", str(tmp_path / "nope.yaml")])
     assert missing.exit_code != 0
     shown = runner.invoke(app, ["recipes", "show", str(RECIPES / "tiny_cpu.yaml"), "rl.beta=0.125"])
@@ -138,9 +138,9 @@ def test_cli_validate_checks_reward_names_against_the_registry(tmp_path: Path) -
 
 @pytest.mark.parametrize("value", [0, -8])
 def test_max_steps_is_positive_or_minus_one(value: int) -> None:
-    with pytest.raises(RecipeError, match="sft.max_steps"):
-        load_recipe(RECIPES / "tiny_cpu.yaml", [f"sft.max_steps={value}"])
-    assert load_recipe(RECIPES / "tiny_cpu.yaml", ["rl.max_steps=-1"]).rl.max_steps == -1
+    with pytest.raises(RecipeError, match="sft.optimizer.max_steps"):
+        load_recipe(RECIPES / "tiny_cpu.yaml", [f"sft.optimizer.max_steps={value}"])
+    assert load_recipe(RECIPES / "tiny_cpu.yaml", ["rl.optimizer.max_steps=-1"]).rl.optimizer.max_steps == -1
 
 
 def test_a_shipped_recipe_loads_by_name() -> None:
@@ -220,13 +220,13 @@ def test_cli_validate_refuses_unusable_reward_weights(weights: str, message: str
 
 
 @pytest.mark.parametrize(("override", "key"), [
-    ("sft.max_steps=true", "sft.max_steps"),
+    ("sft.optimizer.max_steps=true", "sft.optimizer.max_steps"),
     ("rl.optimizer.max_steps=true", "rl.optimizer.max_steps"),
     ("rl.num_generations=4.0", "rl.num_generations"),
     ("rl.dynamic_sampling.enabled=1", "rl.dynamic_sampling.enabled"),
     ("model.lora.r=2.5", "model.lora.r"),
     ("vllm.enabled=yes_please", "vllm.enabled"),
-    ("rl.learning_rate=true", "rl.learning_rate"),
+    ("rl.optimizer.learning_rate=true", "rl.optimizer.learning_rate"),
 ])
 def test_counts_and_switches_are_strict(override: str, key: str) -> None:
     with pytest.raises(RecipeError, match=key.replace(".", r"\.")):
@@ -254,9 +254,9 @@ def test_validate_imports_a_dotted_reward_module_only_when_asked(tmp_path: Path,
 
 @pytest.mark.parametrize(("override", "key", "message"), [
     ("sft.optimizer.learning_rate=1e8", "sft.optimizer.learning_rate", "below 1"),
-    ("rl.learning_rate=.inf", "rl.learning_rate", "finite"),
-    ("sft.learning_rate=.nan", "sft.learning_rate", "finite"),
-    ("sft.learning_rate=0", "sft.learning_rate", "> 0"),
+    ("rl.optimizer.learning_rate=.inf", "rl.optimizer.learning_rate", "finite"),
+    ("sft.optimizer.learning_rate=.nan", "sft.optimizer.learning_rate", "finite"),
+    ("sft.optimizer.learning_rate=0", "sft.optimizer.learning_rate", "> 0"),
     ("rl.optimizer.max_grad_norm=.inf", "rl.optimizer.max_grad_norm", "finite"),
     ("rl.optimizer.num_train_epochs=.inf", "rl.optimizer.num_train_epochs", "finite"),
     ("rl.beta=.nan", "rl.beta", "finite"),

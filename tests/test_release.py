@@ -33,8 +33,8 @@ def _front_matter(text: str) -> dict[str, object]:
 
 
 def test_card_front_matter_and_evaluation_table() -> None:
-    inputs = CardInputs(name="m", run_recipe={"name": "tiny_cpu", "rl": {"learning_rate": 1e-4}},
-                        base_recipe={"name": "tiny_cpu", "rl": {"learning_rate": 3e-4}}, base_model="b",
+    inputs = CardInputs(name="m", run_recipe={"name": "tiny_cpu", "rl": {"optimizer": {"learning_rate": 1e-4}}},
+                        base_recipe={"name": "tiny_cpu", "rl": {"optimizer": {"learning_rate": 3e-4}}}, base_model="b",
                         datasets=("org/data",), data=DataFacts(generator_version="0.1.0", seed=7, structures=3,
                                                                split_hashes={"rl": "ab" * 32}), metrics=METRICS)
     text = model_card(inputs)
@@ -45,7 +45,7 @@ def test_card_front_matter_and_evaluation_table() -> None:
     assert {m["type"] for m in results} >= {"acc@1", "maj@10", "pass@10", "selected@10[self_consistent]",
                                             "object_count", "summation_mechanism"}
     assert "| acc@1 | 0.2500 | 64 | [0.1601, 0.3682] |" in text  # Wilson interval of 16/64
-    assert "| `rl.learning_rate` | 0.0003 | 0.0001 |" in text
+    assert "| `rl.optimizer.learning_rate` | 0.0003 | 0.0001 |" in text
     assert "Data generator seed: 7" in text and "ab" * 32 in text
     assert "mental_rotation_mean" not in {r.metric for r in eval_rows(METRICS)}  # absent columns are left out
     plain = model_card(CardInputs(name="m", run_recipe={}, base_recipe=None, base_model="b"))
@@ -140,7 +140,7 @@ def tiny_run(tmp_path: Path) -> Path:
 
     run = tmp_path / "run"
     save_tiny(run / "final", seed=1)
-    recipe = load_recipe(SHIPPED_RECIPES / "tiny_cpu.yaml", ["rl.learning_rate=1e-4"])
+    recipe = load_recipe(SHIPPED_RECIPES / "tiny_cpu.yaml", ["rl.optimizer.learning_rate=1e-4"])
     (run / "recipe.yaml").write_text(recipe_to_yaml(recipe))
     return run
 

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_gen.camera import LEAF_VIEWS, block_center, leaf_camera, pixel_rays
-from data_gen.raycast import block_id
+from data_gen.camera import block_center, leaf_camera, pixel_rays
 from data_gen.render import isaac_stage as st
 from data_gen.render import materials
 from data_gen.render.base import SceneSpec, get_renderer
 from data_gen.render.isaacsim_backend import IsaacSimRenderer, write_textures
+from data_gen.visibility import block_id
+from spatialiq_train.views import LEAF_VIEWS
 
 HM = ((2, 0, 1), (1, 3, 0))
 HAS_ISAAC = importlib.util.find_spec("isaacsim") is not None

@@ -7,8 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from data_gen.camera import LEAF_VIEWS, block_center, leaf_camera, pixel_rays
-from data_gen.raycast import block_id, cast, visible_set
+from data_gen.camera import block_center, leaf_camera, pixel_rays
 from data_gen.render import materials, mitsuba_backend
 from data_gen.render.base import RenderError, SceneSpec, get_renderer
 from data_gen.render.mitsuba_backend import (
@@ -18,6 +17,8 @@ from data_gen.render.mitsuba_backend import (
     resolve_variant,
     shape_block_ids,
 )
+from data_gen.visibility import block_id, cast, visible_set
+from spatialiq_train.views import LEAF_VIEWS
 
 mi = pytest.importorskip("mitsuba", reason="the Mitsuba 3 renderer is not installed (pip install -e '.[render]')")
 pytestmark = pytest.mark.mitsuba

@@ -23,7 +23,7 @@ from reward import (
     reset_errors,
     resolve_reward,
 )
-from reward.nemo import score_message_logs, score_message_logs_components
+from reward.nemo import score_message_logs_components
 from reward.trl import make_trl_reward, make_trl_reward_funcs
 from spatialiq_train.cli import app
 from spatialiq_train.tasks import fill_cot_template
@@ -386,14 +386,14 @@ def test_nemo_core() -> None:
         [{"role": "user", "content": "q"}],
     ]
     meta = [dict(EX4, answer=12), {"answer": 12}, {"answer": 3}]
-    assert score_message_logs(logs, meta) == [1.0, pytest.approx(0.1 + 0.9 * (1 - 2 / 12)), 0.0]
+    assert score_message_logs_components(logs, meta)["total"] == [1.0, pytest.approx(0.1 + 0.9 * (1 - 2 / 12)), 0.0]
     assert error_counts() == {"format": 1, "integer_distance": 1}
     comps = score_message_logs_components(logs[:1], meta[:1], reward={"default": 1.0, "stepwise": 1.0})
     assert comps == {"format": [1.0], "integer_distance": [1.0], "stepwise": [1.0], "total": [2.0]}
     with pytest.raises(ValueError, match=r"metadata\[1\] has no 'answer'"):
-        score_message_logs(logs[:2], [{"answer": 1}, {"task_main": 1}])
+        score_message_logs_components(logs[:2], [{"answer": 1}, {"task_main": 1}])
     with pytest.raises(ValueError, match="2 message logs but 1"):
-        score_message_logs(logs[:2], meta[:1])
+        score_message_logs_components(logs[:2], meta[:1])
 
 
 def test_cli_score_last_line_is_total() -> None:

@@ -435,13 +435,14 @@ def test_job_runs_srun_steps_and_returns_the_driver_status(fake_slurm, nodes):
     init.mkdir()
     (init / "config.json").write_text("{}")
     proc, calls = run("dapo_32b.sh", fake_slurm, nodes, in_job=True, INIT_FROM=str(init), FAKE_DRIVER_RC="3",
-                      EXTRA_SETS="rl.max_steps=2 logging.save_steps=1")
+                      EXTRA_SETS="rl.optimizer.max_steps=2 logging.save_steps=1")
     assert proc.returncode == 3 and "dynamic-sampling cap" in proc.stderr
     assert all(c[0] == "srun" for c in calls)
     check_job_plan([c for c in calls if "-c" not in c or "siq-ray" in c], fake_slurm, nodes,
                    "dapo_tight_32b", "rl", "cot")
     gen = next(c for c in calls if "nemo-rl" in c)
-    assert f"rl.init_from={init}" in gen and gen[-4:] == ["--set", "rl.max_steps=2", "--set", "logging.save_steps=1"]
+    assert f"rl.init_from={init}" in gen and gen[-4:] == ["--set", "rl.optimizer.max_steps=2", "--set",
+                                                          "logging.save_steps=1"]
     assert calls[-1][-4:] == ["nemo", "rl", "--config", f"{fake_slurm}/out/nemo_rl/rl/config.yaml"]
     starts = [i for i, c in enumerate(calls) if "siq-ray" in c]
     assert len(starts) == (1 if nodes == 1 else 2) and max(starts) < len(calls) - 1  # Ray is up before the driver
@@ -577,14 +578,14 @@ def test_the_documented_smoke_test_passes_the_dry_run_check(fake_slurm):
     text = DOCS.read_text(encoding="utf-8")
     smoke = text[text.index("**First-job smoke test.**"):]
     extra = re.search(r'EXTRA_SETS="([^"]+)"', smoke).group(1)
-    assert "rl.max_steps=2" in extra
+    assert "rl.optimizer.max_steps=2" in extra
     proc, calls = run("dapo_7b.sh", fake_slurm, 1, in_job=False, DRY_RUN="1", INIT_FROM="none", EXTRA_SETS=extra)
     assert proc.returncode == 0, proc.stderr
     gen = next(c for c in plan(proc.stdout) if "nemo-rl" in c)
     assert [gen[i + 1] for i, a in enumerate(gen) if a == "--set"][-4:] == extra.split()
     # the same short run without the lowered validation periods is refused before anything is submitted
     proc, calls = run("dapo_7b.sh", fake_slurm, 1, in_job=False, DRY_RUN="1", INIT_FROM="none",
-                      EXTRA_SETS="rl.max_steps=2 logging.save_steps=2")
+                      EXTRA_SETS="rl.optimizer.max_steps=2 logging.save_steps=2")
     assert proc.returncode == 2 and "save_steps" in proc.stderr and calls == []
 
 

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from data_gen import fidelity
-from data_gen.generate import GenConfig, run
+from data_gen.config import GenConfig
+from data_gen.generate import run
 from eval.completions import load_completions
 from eval.rawcsv import ResponderTable, write_raw_csv
 from spatialiq_train.cli import app

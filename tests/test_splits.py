@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from data_gen import layout, splits
-from data_gen.generate import GenConfig, run
+from data_gen.config import GenConfig
+from data_gen.generate import run
 from data_gen.split_check import Record, check_splits, find_leaks
+from spatialiq_train import splits
 from spatialiq_train.cli import app
 from spatialiq_train.errors import EXIT_USAGE
+from spatialiq_train.views import sample_relpath
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +42,8 @@ def test_clean_datasets_pass(datasets_dir: Path) -> None:
 
 def test_planted_benchmark_sample_in_train_is_caught(datasets_dir: Path, tmp_path: Path) -> None:
     train = _copy(datasets_dir / "train", tmp_path / "train")
-    src = datasets_dir / "benchmark" / layout.sample_relpath("benchmark", 2)
-    planted = train / layout.sample_relpath("train", 99)
+    src = datasets_dir / "benchmark" / sample_relpath("benchmark", 2)
+    planted = train / sample_relpath("train", 99)
     shutil.copytree(src, planted)
     sid = json.loads((src / "scene.json").read_text())["structure_id"]
     alone = check_splits([train])
@@ -94,11 +96,11 @@ def test_missing_directory_is_an_error(tmp_path: Path) -> None:
 
 def test_recorded_structure_id_is_recomputed_and_a_mismatch_is_a_problem(datasets_dir: Path, tmp_path: Path) -> None:
     train = _copy(datasets_dir / "train", tmp_path / "train")
-    scene_path = train / layout.sample_relpath("train", 1) / "scene.json"
+    scene_path = train / sample_relpath("train", 1) / "scene.json"
     scene = json.loads(scene_path.read_text())
     true_sid = scene["structure_id"]
     # a benchmark structure's height map under the train structure's recorded id: the recorded id is not trusted
-    bench_scene = json.loads((datasets_dir / "benchmark" / layout.sample_relpath("benchmark", 1) / "scene.json")
+    bench_scene = json.loads((datasets_dir / "benchmark" / sample_relpath("benchmark", 1) / "scene.json")
                              .read_text())
     scene["height_map"] = bench_scene["height_map"]
     scene_path.write_text(json.dumps(scene))
@@ -115,7 +117,7 @@ def test_recorded_structure_id_is_recomputed_and_a_mismatch_is_a_problem(dataset
 
 def test_a_wrong_id_alone_fails_the_check(datasets_dir: Path, tmp_path: Path) -> None:
     train = _copy(datasets_dir / "train", tmp_path / "train")
-    scene_path = train / layout.sample_relpath("train", 2) / "scene.json"
+    scene_path = train / sample_relpath("train", 2) / "scene.json"
     scene = json.loads(scene_path.read_text())
     scene["structure_id"] = "0123456789abcdef"
     scene_path.write_text(json.dumps(scene))

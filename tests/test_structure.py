@@ -11,17 +11,14 @@ import pytest
 from data_gen.camera import block_center, nominal_camera
 from data_gen.structure import (
     MAX_ATTEMPTS,
-    analytic_visible,
     blocks_of,
     count_weights,
-    retain,
     sample_structure,
     sample_structure_info,
-    scene_visible_count,
     structure_id,
     structure_rng,
-    support_closure,
 )
+from data_gen.visibility import analytic_visible, retain, scene_visible_count, support_closure
 
 # ---------------------------------------------------------------- count weights (section 1.2)
 

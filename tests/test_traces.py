@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from data_gen.splits import part_of, partition_of
 from data_gen.traces import build_traces, load_views, plain_target, write_traces
 from reward import get_reward
 from spatialiq_train.cli import app
 from spatialiq_train.dataset import REWARD_FIELDS
 from spatialiq_train.io import natural_key
 from spatialiq_train.prompts import COT_SYSTEM_PROMPT
+from spatialiq_train.splits import part_of, partition_of
 from spatialiq_train.tasks import build_prompt
 
 EX4_GT = dict(task1="blocks", task2=4, task3=8, task4=2, task5=11, task6=3, task7=3, task8=1, task9=3,
@@ -282,15 +282,16 @@ def test_write_traces_removes_stale_trace_files_of_an_earlier_run(tmp_path: Path
 
 
 def test_trace_discovery_uses_the_layout_names(tmp_path: Path) -> None:
-    from data_gen import layout, traces
+    from data_gen import traces
     from spatialiq_train import dataset
+    from spatialiq_train.dataset import GT_FILE, IMAGE_FILE, find_gt_files
 
-    assert traces.iter_views is dataset.iter_views and layout.find_gt_files is dataset.find_gt_files
+    assert traces.iter_views is dataset.iter_views and find_gt_files is dataset.find_gt_files
     data = make_dataset(tmp_path / "d", n_train=2, n_bench=0)
     hidden = data / ".cache" / "gt.json"
     hidden.parent.mkdir()
     hidden.write_text("{}")
-    found = layout.find_gt_files(data)
-    assert found and all(p.name == layout.GT_FILE and ".cache" not in p.parts for p in found)
+    found = find_gt_files(data)
+    assert found and all(p.name == GT_FILE and ".cache" not in p.parts for p in found)
     views = load_views(data)  # the hidden gt.json (not valid ground truth) is not read
-    assert all(v.image.endswith("/" + layout.IMAGE_FILE) for v in views)
+    assert all(v.image.endswith("/" + IMAGE_FILE) for v in views)

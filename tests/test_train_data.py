@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from _train_support import trace_row, write_traces
 
-from spatialiq_train.train.data import TraceError, load_split, read_traces, trace_to_example
-from spatialiq_train.train.logging import namespaced, read_metrics
+from spatialiq_train.metrics import read_metrics
+from spatialiq_train.traces import TraceError, read_traces, trace_to_example
+from spatialiq_train.train.data import load_split
+from spatialiq_train.train.logging import namespaced
 
 
 def test_sft_row_has_prompt_completion_and_resolved_image(tmp_path: Path) -> None:
@@ -76,7 +78,7 @@ def test_normalise_logs_adds_stable_names() -> None:
 
 
 def test_every_trl_name_lands_in_the_metric_table() -> None:
-    from spatialiq_train.metrics import is_known
+    from _metric_names import is_known
 
     logs = {"loss": 1.0, "learning_rate": 1e-6, "grad_norm": 2.0, "epoch": 0.5, "entropy": 0.3, "num_tokens": 9.0,
             "mean_token_accuracy": 0.7, "reward_std": 0.2, "rewards/format/std": 0.1, "reward/format/errors": 0.0,

@@ -48,7 +48,7 @@ def test_a_nan_parameter_stops_sft_at_its_step_before_saving(tmp_path: Path) -> 
 
     rng = np.random.default_rng(2)
     traces = write_traces(tmp_path, "warmup", 8, rng, answer=lambda i: i % 10)
-    recipe = tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={tmp_path}", "sft.max_steps=4",
+    recipe = tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={tmp_path}", "sft.optimizer.max_steps=4",
                           "logging.save_steps=1", "logging.report_to=[]"])
     with pytest.raises(DivergenceError, match=r"sft diverged at step 2: parameter \S+ is not finite") as info:
         run_sft(recipe, tmp_path / "sft", model_path=tiny_model_dir(), callbacks=[Poison()])

@@ -8,17 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
+from _train_support import disjoint_capacity, one_thread, state_digest, tiny_model_dir, tiny_recipe, write_traces
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spatialiq_train.train.distributed import (
-    disjoint_capacity,
-    refill_indices,
-    refill_order,
-    state_digest,
-    sum_over_ranks,
-)
+from spatialiq_train.train.distributed import refill_indices, refill_order, sum_over_ranks
 from spatialiq_train.train.dynamic_sampling import filter_groups, merge_outputs, select_rows
 
 one_thread()
@@ -142,7 +136,8 @@ def ds_env(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     rng = np.random.default_rng(0)
     traces = write_traces(root, "rl", 6, rng, answer=lambda i: 2 * i + 1)  # all odd: every group varies
     write_traces(root, "even", 6, rng, answer=lambda i: 2 * i)  # all even: no group varies
-    recipe = tiny_recipe(["rl.max_steps=1", f"rl.num_generations={G}", f"rl.per_device_train_batch_size={2 * G}",
+    recipe = tiny_recipe(["rl.optimizer.max_steps=1", f"rl.num_generations={G}",
+                          f"rl.optimizer.per_device_train_batch_size={2 * G}",
                           "rl.dynamic_sampling.max_refill_rounds=2", "logging.save_steps=100"])
     model = tiny_model_dir()
     odd = load_split(traces, "rl", root, "rl")
@@ -189,7 +184,7 @@ def test_trainer_fills_with_masked_groups_after_the_cap(ds_env, tmp_path: Path) 
 
 
 def test_training_step_logs_dynamic_sampling_counts(ds_env, tmp_path: Path) -> None:  # noqa: ANN001
-    from spatialiq_train.train.logging import read_metrics
+    from spatialiq_train.metrics import read_metrics
 
     _, _, odd, _, _ = ds_env
     trainer = _trainer(ds_env, odd, tmp_path / "c")

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
 
-from spatialiq_train.recipes import OPTIMIZER_KEYS, RecipeError, recipe_from_dict
+from spatialiq_train.recipe_model import OPTIMIZER_KEYS
+from spatialiq_train.recipes import RecipeError, recipe_from_dict
 from spatialiq_train.train.phase import NOT_TRL_ARGS, warmup_factor
 
 one_thread()
@@ -24,27 +25,20 @@ def test_every_optimizer_key_is_a_training_arguments_field() -> None:
     assert passed and not [k for k in passed if k not in fields]
 
 
-def test_flat_and_nested_optimizer_spellings_load_alike() -> None:
-    flat = recipe_from_dict({"name": "x", "rl": {"learning_rate": 1e-6, "weight_decay": 0.01}})
+def test_optimizer_keys_have_one_spelling() -> None:
     nested = recipe_from_dict({"name": "x", "rl": {"optimizer": {"learning_rate": 1e-6, "weight_decay": 0.01}}})
-    assert flat == nested
-    assert flat.rl.optimizer.learning_rate == flat.rl.learning_rate == 1e-6
-    assert flat.rl.optimizer.lr_scheduler_type == "constant_with_warmup"  # the RL phase default is kept
-    assert recipe_from_dict({"name": "x", "sft": {"optimizer": {"weight_decay": 0.01}}}).sft.learning_rate == 2e-5
-    with pytest.raises(RecipeError, match="set twice.*keep optimizer.learning_rate"):
-        recipe_from_dict({"name": "x", "sft": {"learning_rate": 1e-5, "optimizer": {"learning_rate": 2e-5}}})
+    assert nested.rl.optimizer.learning_rate == 1e-6
+    assert nested.rl.optimizer.lr_scheduler_type == "constant_with_warmup"  # the RL phase default is kept
+    assert recipe_from_dict({"name": "x",
+                             "sft": {"optimizer": {"weight_decay": 0.01}}}).sft.optimizer.learning_rate == 2e-5
+    with pytest.raises(RecipeError, match="unknown key 'rl.learning_rate' did you mean 'rl.optimizer.learning_rate'"):
+        recipe_from_dict({"name": "x", "rl": {"learning_rate": 1e-6}})
+    assert not hasattr(nested.rl, "learning_rate")
 
 
-def test_an_override_replaces_the_other_spelling() -> None:
-    recipe = tiny_recipe(["rl.learning_rate=0.5", "sft.optimizer.max_steps=3"])  # the file uses rl.optimizer
+def test_an_override_sets_the_nested_key() -> None:
+    recipe = tiny_recipe(["rl.optimizer.learning_rate=0.5", "sft.optimizer.max_steps=3"])
     assert (recipe.rl.optimizer.learning_rate, recipe.sft.optimizer.max_steps) == (0.5, 3)
-
-
-@pytest.mark.parametrize(("old", "new"), [("use_vllm", "vllm.enabled"), ("vllm_mode", "vllm.mode"),
-                                          ("vllm_gpu_memory_utilization", "vllm.gpu_memory_utilization")])
-def test_moved_vllm_keys_name_their_new_spelling(old: str, new: str) -> None:
-    with pytest.raises(RecipeError, match=rf"'rl\.{old}' has moved: write '{new}'"):
-        recipe_from_dict({"name": "x", "rl": {old: "colocate" if old == "vllm_mode" else 0.3}})
 
 
 def test_warmup_factor_is_linear_from_the_start_factor_then_constant() -> None:
@@ -93,7 +87,7 @@ def test_warm_start_schedule_starts_at_the_factor(tmp_path: Path) -> None:
 def test_every_vllm_key_maps_onto_a_grpo_config_field() -> None:
     from trl import GRPOConfig
 
-    from spatialiq_train.recipes import VLLM_TO_GRPO, VllmSection
+    from spatialiq_train.recipe_model import VLLM_TO_GRPO, VllmSection
 
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     assert set(VLLM_TO_GRPO) == set(VllmSection.model_fields) - {"enabled"}  # every key but the switch is mapped
@@ -121,7 +115,7 @@ def test_vllm_section_reaches_grpo_config_when_usable(tmp_path: Path, monkeypatc
 
 @pytest.mark.slow
 def test_both_phases_validate_on_the_eval_split(tmp_path: Path) -> None:
-    from spatialiq_train.train.logging import read_metrics
+    from spatialiq_train.metrics import read_metrics
     from spatialiq_train.train.rl import run_rl
     from spatialiq_train.train.sft import run_sft
 

@@ -24,8 +24,8 @@ def traces(tmp_path: Path) -> Path:
 
 
 def _recipe(tmp_path: Path, traces: Path, *extra: str):  # noqa: ANN202
-    return tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={tmp_path}", "sft.max_steps=1",
-                        "rl.max_steps=1", *extra])
+    return tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={tmp_path}", "sft.optimizer.max_steps=1",
+                        "rl.optimizer.max_steps=1", *extra])
 
 
 def _broken(prompts=None, completions=None, **columns):  # noqa: ANN001, ANN003, ANN202
@@ -42,7 +42,7 @@ def test_a_reward_failing_on_a_sample_row_stops_the_run_before_sft(tmp_path: Pat
 
 
 def test_a_missing_rl_split_stops_the_run_before_sft(tmp_path: Path, traces: Path) -> None:
-    from spatialiq_train.train.data import TraceError
+    from spatialiq_train.traces import TraceError
     from spatialiq_train.train.run import run_dapo_tight
 
     (traces / "rl.jsonl").unlink()
@@ -78,7 +78,7 @@ def test_rl_only_keys_may_change_until_rl_starts(tmp_path: Path) -> None:
     assert "beta: 0.5" in (tmp_path / "recipe.yaml").read_text()
     with pytest.raises(RecipeError, match=r"sft\.optimizer\.learning_rate differ and they change the SFT phase"):
         _write_run_recipe(tiny_recipe(["rl.beta=0.5", "vllm.gpu_memory_utilization=0.5",
-                                       "reward.weights={format: 1}", "sft.learning_rate=0.5"]), tmp_path)
+                                       "reward.weights={format: 1}", "sft.optimizer.learning_rate=0.5"]), tmp_path)
     (tmp_path / "rl" / "checkpoint-2").mkdir(parents=True)
     with pytest.raises(RecipeError, match=r"rl\.beta differ and the RL phase has started"):
         _write_run_recipe(tiny_recipe(["vllm.gpu_memory_utilization=0.5", "reward.weights={format: 1}"]), tmp_path)

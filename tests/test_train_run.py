@@ -11,7 +11,7 @@ import pytest
 from _train_support import TINY_RECIPE, one_thread, tiny_recipe, write_traces
 from typer.testing import CliRunner
 
-from spatialiq_train.train.logging import read_metrics
+from spatialiq_train.metrics import read_metrics
 
 one_thread()
 
@@ -40,7 +40,8 @@ def test_dapo_tight_run_resumes_after_interruption(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     write_traces(root, "warmup", 8, rng, answer=lambda i: i % 10)
     traces = write_traces(root, "rl", 8, rng, answer=lambda i: 3)
-    overrides = [f"data.traces_dir={traces}", f"data.data_root={root}", "sft.max_steps=4", "rl.max_steps=4",
+    overrides = [f"data.traces_dir={traces}", f"data.data_root={root}", "sft.optimizer.max_steps=4",
+                 "rl.optimizer.max_steps=4",
                  "logging.save_steps=2"]
     out = tmp_path / "run"
     with pytest.raises(Interrupted):  # first inside the SFT warm-up ...
@@ -85,10 +86,10 @@ def test_dapo_tight_run_resumes_after_interruption(tmp_path: Path) -> None:
     assert json.loads((out / "rl" / "complete.json").read_text())["global_step"] == 4
     # A larger budget is refused without --extend, and trains on from the last checkpoint with it.
     res = CliRunner().invoke(app, ["run", "dapo-tight", "--recipe", str(TINY_RECIPE), "--out", str(out), *overrides,
-                                   "rl.max_steps=5"])
+                                   "rl.optimizer.max_steps=5"])
     assert res.exit_code != 0 and "--extend" in res.output and _snapshot(out) == before
     res = CliRunner().invoke(app, ["run", "dapo-tight", "--recipe", str(TINY_RECIPE), "--out", str(out), "--extend",
-                                   *overrides, "rl.max_steps=5"])
+                                   *overrides, "rl.optimizer.max_steps=5"])
     assert res.exit_code == 0, res.output
     assert [r["step"] for r in read_metrics(out / "rl" / "metrics.jsonl")] == [1, 2, 3, 4, 5]
     assert json.loads((out / "rl" / "complete.json").read_text())["global_step"] == 5
@@ -105,7 +106,7 @@ def test_a_finished_sft_run_is_complete_and_a_rerun_changes_nothing(tmp_path: Pa
     root = tmp_path / "data"
     traces = write_traces(root, "warmup", 8, np.random.default_rng(3), answer=lambda i: i % 10)
     args = ["train", "sft", "--recipe", str(TINY_RECIPE), "--out", str(tmp_path / "sft"),
-            f"data.traces_dir={traces}", f"data.data_root={root}", "sft.max_steps=2", "logging.save_steps=2"]
+            f"data.traces_dir={traces}", f"data.data_root={root}", "sft.optimizer.max_steps=2", "logging.save_steps=2"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     before = _snapshot(tmp_path / "sft")
@@ -113,10 +114,10 @@ def test_a_finished_sft_run_is_complete_and_a_rerun_changes_nothing(tmp_path: Pa
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert _snapshot(tmp_path / "sft") == before  # no step 3 of 2, final/ not rewritten
-    res = CliRunner().invoke(app, [*args, "sft.max_steps=3"])
+    res = CliRunner().invoke(app, [*args, "sft.optimizer.max_steps=3"])
     assert res.exit_code != 0 and "finished at step 2 under max_steps 2" in " ".join(res.output.split())
     assert "--extend" in res.output and _snapshot(tmp_path / "sft") == before
-    res = CliRunner().invoke(app, [*args, "sft.max_steps=1", "--extend"])
+    res = CliRunner().invoke(app, [*args, "sft.optimizer.max_steps=1", "--extend"])
     assert res.exit_code != 0 and "less than it already trained" in " ".join(res.output.split())
 
 
@@ -157,7 +158,7 @@ def test_resume_restores_the_checkpoint_weights(tmp_path: Path) -> None:
     root = tmp_path / "data"
     traces = write_traces(root, "warmup", 8, np.random.default_rng(3), answer=lambda i: i % 10)
     recipe = tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={root}", "data.sft_split=warmup",
-                          "sft.max_steps=4", "logging.save_steps=2"])
+                          "sft.optimizer.max_steps=4", "logging.save_steps=2"])
     out = tmp_path / "sft"
     with pytest.raises(Interrupted):
         run_sft(recipe, out, callbacks=[_interrupt_at(3)])

@@ -10,7 +10,7 @@ import pytest
 import torch
 from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
 
-from spatialiq_train.train.logging import read_metrics
+from spatialiq_train.metrics import read_metrics
 
 one_thread()
 
@@ -35,7 +35,7 @@ def _sft_dataset(data):  # noqa: ANN001, ANN202
 def test_sft_loss_only_on_assistant_tokens_and_falls(data, tmp_path: Path) -> None:  # noqa: ANN001
     from spatialiq_train.train.sft import build_sft_trainer
 
-    recipe = tiny_recipe(["sft.max_steps=12", "logging.save_steps=100", "logging.report_to=[tensorboard]"])
+    recipe = tiny_recipe(["sft.optimizer.max_steps=12", "logging.save_steps=100", "logging.report_to=[tensorboard]"])
     model = tiny_model_dir()
     trainer, processor = build_sft_trainer(recipe, model, _sft_dataset(data), tmp_path / "sft")
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
@@ -62,7 +62,8 @@ def test_lora_sft_trains_adapters_and_exports_merged_weights(data, tmp_path: Pat
 
     from spatialiq_train.train.sft import run_sft
 
-    recipe = tiny_recipe(["sft.max_steps=2", "logging.save_steps=100", "model.lora.enabled=true", "model.lora.r=4"])
+    recipe = tiny_recipe(["sft.optimizer.max_steps=2", "logging.save_steps=100", "model.lora.enabled=true",
+                          "model.lora.r=4"])
     final = run_sft(recipe, tmp_path / "sft", train_dataset=_sft_dataset(data))
     with safe_open(final / "model.safetensors", "pt") as fh:
         keys = list(fh.keys())
@@ -80,8 +81,9 @@ def test_lora_sft_trains_adapters_and_exports_merged_weights(data, tmp_path: Pat
 def test_sft_recipe_knobs_reach_config(tmp_path: Path) -> None:
     from spatialiq_train.train.sft import sft_config
 
-    recipe = tiny_recipe(["sft.learning_rate=0.0123", "sft.warmup_steps=7", "sft.per_device_train_batch_size=3",
-                          "sft.gradient_accumulation_steps=5", "sft.max_length=4096", "sft.lr_scheduler_type=cosine"])
+    recipe = tiny_recipe(["sft.optimizer.learning_rate=0.0123", "sft.optimizer.warmup_steps=7",
+                          "sft.optimizer.per_device_train_batch_size=3", "sft.optimizer.gradient_accumulation_steps=5",
+                          "sft.max_length=4096", "sft.optimizer.lr_scheduler_type=cosine"])
     cfg = sft_config(recipe, tmp_path)
     assert (cfg.learning_rate, cfg.warmup_steps, cfg.per_device_train_batch_size) == (0.0123, 7, 3)
     assert (cfg.gradient_accumulation_steps, cfg.max_length, cfg.completion_only_loss) == (5, 4096, True)
@@ -95,7 +97,7 @@ def test_rl_recipe_knobs_reach_trainer(data, tmp_path: Path) -> None:  # noqa: A
 
     root, traces = data
     recipe = tiny_recipe(["rl.epsilon=0.15", "rl.epsilon_high=0.31", "rl.beta=0.07", "rl.loss_type=dapo",
-                          "rl.learning_rate=2.5e-4", "rl.warmup_steps=3", "rl.num_generations=4",
+                          "rl.optimizer.learning_rate=2.5e-4", "rl.optimizer.warmup_steps=3", "rl.num_generations=4",
                           "generation.max_completion_length=20", "generation.temperature=0.9",
                           "rl.overlong.buffer_length=5", "rl.overlong.penalty=0.5", "model.freeze_vision=true"])
     model = tiny_model_dir()
@@ -126,8 +128,9 @@ def test_rl_after_sft_warmup_raises_exact_match(data, tmp_path: Path) -> None:  
     from spatialiq_train.train.sft import run_sft
 
     root, traces = data
-    recipe = tiny_recipe(["sft.max_steps=120", "rl.max_steps=80", "rl.learning_rate=8e-4", "rl.warmup_steps=0",
-                          "rl.beta=0.0", "rl.num_generations=8", "rl.per_device_train_batch_size=16",
+    recipe = tiny_recipe(["sft.optimizer.max_steps=120", "rl.optimizer.max_steps=80",
+                          "rl.optimizer.learning_rate=8e-4", "rl.optimizer.warmup_steps=0",
+                          "rl.beta=0.0", "rl.num_generations=8", "rl.optimizer.per_device_train_batch_size=16",
                           "reward.weights={exact_match: 1.0}", "logging.save_steps=1000",
                           # A learning check on one random stream: since refills are drawn rank-aware
                           # (train/distributed.py), seed 0 ends at 0.66 and seeds 1, 2, 3 pass (measured).

@@ -10,11 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import ndimage
 
-from data_gen.camera import LEAF_VIEWS, LeafView, leaf_camera
-from data_gen.raycast import cast, visible_set
-from data_gen.structure import blocks_of, sample_structure, structure_id, structure_rng, support_closure
+from data_gen.camera import leaf_camera
+from data_gen.structure import blocks_of, sample_structure, structure_id, structure_rng
 from data_gen.truth import (
-    GroundTruthError,
     check_invariants,
     cluster_count,
     count_relations,
@@ -25,6 +23,9 @@ from data_gen.truth import (
     top_columns,
     view_truth,
 )
+from data_gen.visibility import cast, support_closure, visible_set
+from spatialiq_train.dataset import GroundTruthError
+from spatialiq_train.views import LEAF_VIEWS, LeafView
 
 GT_KEYS = [
     "object_type", "view_idx", "offset", "fov", "dist", "task1", "task_main", "task2", "task3", "task4",

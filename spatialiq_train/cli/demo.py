@@ -17,7 +17,7 @@ import typer
 
 log = logging.getLogger(__name__)
 
-DEMO_TRAINING = ("sft.max_steps=120", "rl.max_steps=16")
+DEMO_TRAINING = ("sft.optimizer.max_steps=120", "rl.optimizer.max_steps=16")
 """Budgets on top of recipes/tiny_cpu.yaml: enough SFT steps for the tiny model to learn the answer format."""
 
 TINY_NOTE = ("The demo trains a tiny randomly initialised Qwen2.5-VL (about 0.25 M parameters) for minutes on a CPU; "

@@ -32,7 +32,8 @@ def gen(
     """Generate cube scenes with exact ground truth: the per-view layout and parquet shards under OUT."""
     from pydantic import ValidationError
 
-    from data_gen.generate import GenConfig, run
+    from data_gen.config import GenConfig
+    from data_gen.generate import run
     from spatialiq_train.cli.options import option_errors
     from spatialiq_train.errors import UserError
 
@@ -81,7 +82,7 @@ def _verify(out: Path) -> None:
 
 def gen_merge(out: Path = typer.Option(..., "--out", help="Dataset directory of a sharded (Slurm array) run.")) -> None:
     """Verify every shard's recorded sha256 and write OUT/manifest.json."""
-    from data_gen.generate import merge
+    from data_gen.shards import merge
 
     manifest = merge(out)
     typer.echo(f"manifest written: {manifest['counts']['structures']} structures, {len(manifest['shards'])} shard(s)")

@@ -1,7 +1,8 @@
 """`spatialiq` commands for the train area: `train sft`, `train rl`, `run dapo-tight`, `recipes validate|show|nemo-rl`.
 
 Trailing KEY.PATH=VALUE arguments override recipe keys (values parsed with yaml.safe_load), e.g.
-`spatialiq train rl --recipe recipes/dapo_tight_7b.yaml rl.learning_rate=1e-6 rl.init_from=runs/sft_cot/final`.
+`spatialiq train rl --recipe recipes/dapo_tight_7b.yaml rl.optimizer.learning_rate=1e-6
+rl.init_from=runs/sft_cot/final`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-OVERRIDES = typer.Argument(None, help="Recipe overrides KEY.PATH=VALUE, e.g. rl.learning_rate=1e-6.")
+OVERRIDES = typer.Argument(None, help="Recipe overrides KEY.PATH=VALUE, e.g. rl.optimizer.learning_rate=1e-6.")
 RECIPE = typer.Option(..., "--recipe", "-r", help="Recipe YAML (recipes/*.yaml).")
 OUT = typer.Option(None, "--out", "-o", help="Output folder (default: the recipe's run.output_dir).")
 EXTEND = typer.Option(False, "--extend", help="Train a finished run on to a larger step budget (else a finished run "
@@ -20,11 +21,11 @@ EXTEND = typer.Option(False, "--extend", help="Train a finished run on to a larg
 def load_checked(recipe: Path, overrides: list[str] | None = None, import_rewards: bool = True):  # noqa: ANN201
     """Load a recipe and check what the core cannot: every reward name it uses exists in reward.registry (a dotted
     `pkg.module:function` path is imported only with `import_rewards`; training always imports it)."""
+    from reward.registry import check_reward_names
     from spatialiq_train.recipes import load_recipe
-    from spatialiq_train.train.preflight import check_reward_names
 
     rec = load_recipe(recipe, list(overrides or []))
-    check_reward_names(rec, str(recipe), import_modules=import_rewards)
+    check_reward_names(rec.reward.weights, str(recipe), import_modules=import_rewards)
     return rec
 
 

@@ -33,14 +33,8 @@ import yaml
 
 from spatialiq_train.errors import UserError
 from spatialiq_train.io import atomic_write_json, atomic_write_text
-from spatialiq_train.recipes import (
-    Recipe,
-    canonical_key,
-    load_recipe,
-    recipe_from_dict,
-    recipe_to_yaml,
-    set_key,
-)
+from spatialiq_train.recipe_model import Recipe
+from spatialiq_train.recipes import load_recipe, recipe_from_dict, recipe_to_yaml, set_key
 
 SWEEP_FILE = "sweep.yaml"
 DONE_FILE = "done.json"
@@ -117,7 +111,8 @@ def parse_vary(text: str) -> tuple[str, list[Any]]:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not p for p in key.split(".")):
-        raise UserError(f"--vary {text!r}: expected KEY.PATH=LIST, e.g. --vary 'rl.learning_rate=[1e-6, 3e-6]'")
+        raise UserError(f"--vary {text!r}: expected KEY.PATH=LIST, "
+                        "e.g. --vary 'rl.optimizer.learning_rate=[1e-6, 3e-6]'")
     try:
         values = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
@@ -160,10 +155,10 @@ def recipe_hash(recipe: Recipe) -> str:
 def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], source: str
                      ) -> list[tuple[Variant, Recipe]]:
     """Every combination of the varied values as a validated recipe and its name (pure apart from the registry)."""
-    from spatialiq_train.train.preflight import check_reward_names
+    from reward.registry import check_reward_names
 
     keys = [k for k, _ in varies]
-    if len({canonical_key(k) for k in keys}) != len(keys):  # rl.learning_rate is rl.optimizer.learning_rate
+    if len(set(keys)) != len(keys):
         raise UserError(f"--vary: a key is varied twice ({', '.join(keys)})")
     out: list[tuple[Variant, Recipe]] = []
     for combo in itertools.product(*(vals for _, vals in varies)):
@@ -173,9 +168,9 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
             set_key(data, key.split("."), value, f"--vary {key}")
         where = f"{source} with " + ", ".join(f"{k}={v!r}" for k, v in values.items())
         recipe = recipe_from_dict(data, source=where)
-        check_reward_names(recipe, where, import_modules=True)  # as `spatialiq run` checks them
+        check_reward_names(recipe.reward.weights, where, import_modules=True)  # as `spatialiq run` checks them
         dumped = recipe.model_dump(mode="json")
-        values = {k: get_key(dumped, canonical_key(k)) for k in keys}  # as validated ('1e-6' -> 1e-06)
+        values = {k: get_key(dumped, k) for k in keys}  # as validated ('1e-6' -> 1e-06)
         label = label_of(values)
         variant = Variant(f"{recipe_hash(recipe)}-{label}", label, values)
         if any(v.name == variant.name for v, _ in out):

@@ -95,7 +95,7 @@ def curve(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[list[float
 def collect(sweep: Sweep) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """The table rows and each variant's RL metrics rows."""
     from eval.rawcsv import read_raw_csv
-    from spatialiq_train.train.logging import read_metrics
+    from spatialiq_train.metrics import read_metrics
 
     rows, correct, logs = [], {}, {}
     for v in sweep.variants:

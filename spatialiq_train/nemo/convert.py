@@ -11,7 +11,7 @@ NeMo-RL writes ``<checkpoint_dir>/step_N/`` with ``config.yaml`` (the run's whol
   ``pytorch_model.bin`` is rewritten as safetensors.
 
 Either way the output gets the processor with the recipe's pixel budget and the chat template
-(:func:`spatialiq_train.release.checkpoint.write_processor`; NeMo-RL's converter writes a tokenizer only), the
+(:func:`spatialiq_train.hf_export.write_processor`; NeMo-RL's converter writes a tokenizer only), the
 recipe as ``training_recipe.yaml``, and is checked before it is renamed into place: each weight file's size and
 sha256 against its source, every tensor of the index present in the file it names, the processor's budget.
 """
@@ -82,7 +82,7 @@ def verify_weights(src: Path, dst: Path) -> int:
     index naming exactly the tensors the files hold."""
     from safetensors import safe_open
 
-    from spatialiq_train.release.checksums import sha256_file
+    from spatialiq_train.io import sha256_file
 
     index = json.loads((dst / "model.safetensors.index.json").read_text(encoding="utf-8"))
     weight_map: dict[str, str] = index["weight_map"]
@@ -103,7 +103,7 @@ def verify_weights(src: Path, dst: Path) -> int:
 
 
 def _copy_hf(src: Path, staging: Path, step_config: dict[str, Any]) -> None:
-    from spatialiq_train.release.checkpoint import copy_weights
+    from spatialiq_train.hf_export import copy_weights
 
     copy_weights(src, staging)
     n = verify_weights(src, staging)
@@ -147,7 +147,7 @@ def _convert_dcp(weights: Path, step: Path, step_config: dict[str, Any], staging
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if not (staging / "model.safetensors.index.json").is_file():
-        from spatialiq_train.release.checkpoint import write_single_index
+        from spatialiq_train.hf_export import write_single_index
 
         write_single_index(staging / "model.safetensors")
     verify_weights(staging, staging)
@@ -180,11 +180,11 @@ def convert(checkpoint: str | Path, out: str | Path, recipe: str | Path | None =
     ``recipe`` defaults to the one the run was generated from (the step's saved ``spatialiq`` section, with its
     overrides); a given ``recipe`` is taken as it is.
     """
+    from spatialiq_train.hf_export import write_processor
     from spatialiq_train.io import atomic_write_text
     from spatialiq_train.nemo.settings import load_recipe_checked
     from spatialiq_train.processor import budget_of
     from spatialiq_train.recipes import recipe_to_yaml
-    from spatialiq_train.release.checkpoint import write_processor
 
     out = Path(out)
     if out.exists():

@@ -6,7 +6,7 @@ turn holding the images, the processor's multimodal tensors), ``length``, ``extr
 environment gets as metadata), ``loss_multiplier``, ``idx``, ``task_name`` and, for rollouts, ``vllm_content``
 (the prompt string) and ``vllm_images``. :class:`DatumProcessor` is that callable for our rows.
 
-The chat is the TRL path's, turn for turn (:func:`spatialiq_train.train.data.trace_to_example`, then the image
+The chat is the TRL path's, turn for turn (:func:`spatialiq_train.traces.trace_to_example`, then the image
 items placed before the first user text as TRL's ``prepare_multimodal_messages`` does). NeMo-RL loads its
 processor with the model's default pixel budget and vLLM runs its own image processing, so every image is resized
 here with :func:`spatialiq_train.processor.resize_to_budget` to the recipe's budget: both sides then see a size
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.errors import UserError
-from spatialiq_train.train.data import Mode, TraceError, load_examples
+from spatialiq_train.traces import Mode, TraceError, load_examples
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,8 @@ def load_rows(traces_dir: str | Path, split: str, data_root: str | Path, mode: M
               limit: int | None = None) -> list[dict[str, Any]]:
     """``<traces_dir>/<split>.jsonl`` as dataset rows: the TRL example (absolute image paths) plus ``task_name``.
 
-    Rows are checked here, at startup (``train.data.load_examples``, the reader the TRL path uses): a bad row, or
-    an image path escaping ``data_root``, raises naming the file and line. RL skips rows without an integer
+    Rows are checked here, at startup (``spatialiq_train.traces.load_examples``, the reader the TRL path uses): a
+    bad row, or an image path escaping ``data_root``, raises naming the file and line. RL skips rows without an integer
     ``answer`` (they are not prompts with a verifiable answer).
     """
     try:

@@ -8,11 +8,11 @@ from pathlib import Path
 import yaml
 
 from spatialiq_train.io import atomic_write_text
-from spatialiq_train.nemo.config import Built, Phase, grpo_config, sft_config
+from spatialiq_train.nemo.config import Built, grpo_config, sft_config
 from spatialiq_train.nemo.keys import NemoConfigError, check_config, load_key_set
 from spatialiq_train.nemo.paper import deviations
 from spatialiq_train.nemo.recipe_values import values_from_recipe
-from spatialiq_train.nemo.settings import DriverSettings, load_recipe_checked, recipe_reference
+from spatialiq_train.nemo.settings import DriverSettings, Phase, load_recipe_checked, recipe_reference
 
 
 def build(recipe: str | Path, phase: Phase, nodes: int, gpus_per_node: int, *, overrides: Sequence[str] = (),

@@ -93,12 +93,12 @@ def read_settings(config: dict[str, Any], source: Path) -> DriverSettings:
 def load_recipe_checked(recipe: str | Path, overrides: list[str] | None = None, what: str = "recipe") -> Any:
     """A recipe (file or shipped name) whose every reward name exists in the reward registry (dotted
     ``pkg.module:function`` rewards imported, as training does)."""
+    from reward.registry import check_reward_names
     from spatialiq_train.recipes import RecipeError, load_recipe
-    from spatialiq_train.train.preflight import check_reward_names
 
     try:
         rec = load_recipe(Path(recipe), list(overrides or []))
-        check_reward_names(rec, str(recipe), import_modules=True)
+        check_reward_names(rec.reward.weights, str(recipe), import_modules=True)
     except RecipeError as exc:
         raise UserError(f"{what}: {exc}") from None
     return rec

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-from spatialiq_train.io import atomic_write_text
+from spatialiq_train.io import atomic_write_text, sha256_file
 
 SUMS_FILE = "SHA256SUMS"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def release_files(root: Path) -> list[Path]:

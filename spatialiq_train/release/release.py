@@ -13,16 +13,15 @@ import yaml
 
 from data_gen.trace_kind import record_kind
 from spatialiq_train.errors import UserError
+from spatialiq_train.hf_export import copy_weights, write_processor
 from spatialiq_train.io import atomic_write_text, read_json
 from spatialiq_train.release.card import PHASES, CardInputs, DataFacts, model_card
 from spatialiq_train.release.checkpoint import (
     ReleaseError,
     check_stock_processor,
     copy_configs,
-    copy_weights,
     find_model_dir,
     find_recipe,
-    write_processor,
 )
 from spatialiq_train.release.checksums import SUMS_FILE, verify_sums, write_sums
 from spatialiq_train.weights import check_finite_weights

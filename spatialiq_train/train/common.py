@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.recipes import Recipe
+from spatialiq_train.recipe_model import Recipe
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""Data parallelism helpers: which prompts each rank draws for a dynamic-sampling refill, counters summed over
-ranks, and a digest of a model's weights (to check that ranks stay in step).
+"""Data parallelism helpers: which prompts each rank draws for a dynamic-sampling refill, and counters summed over
+ranks.
 
 Refill draws are pure functions of (seed, step, generation, round, rank, world size): every rank computes the same
 refill order for a generation and takes its own slice of it, so no two ranks (and no two rounds of the same
@@ -9,7 +9,6 @@ processes except `sum_over_ranks`, which all-reduces through accelerate when the
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,12 +56,6 @@ def refill_indices(
     return [int(i) for i in order[start : start + n_groups]]
 
 
-def disjoint_capacity(n_rows: int, n_groups: int, world: int) -> int:
-    """How many refill rounds per generation stay free of repeated prompts across all ranks."""
-    per_round = n_groups * world
-    return n_rows // per_round if per_round else 0
-
-
 def sum_over_ranks(accelerator: Any, values: Sequence[float]) -> list[float]:
     """`values` summed element-wise over all processes (all-reduce); unchanged with one process.
 
@@ -75,21 +68,3 @@ def sum_over_ranks(accelerator: Any, values: Sequence[float]) -> list[float]:
 
     local = torch.tensor(vals, dtype=torch.float64, device=accelerator.device)
     return [float(v) for v in accelerator.reduce(local, reduction="sum").tolist()]
-
-
-def state_digest(state: dict[str, Any]) -> str:
-    """SHA-256 over a state dict's names, shapes, dtypes and bytes (names sorted)."""
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach().cpu().contiguous()
-        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
-        if t.numel():
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def model_digest(model: Any) -> str:
-    """`state_digest` of an (unwrapped) model's parameters and buffers."""
-    return state_digest(dict(model.state_dict()))

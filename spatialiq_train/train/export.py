@@ -15,20 +15,15 @@ forever for the other ranks. `outside_zero3_init` hides the trainer's DeepSpeed 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.hf_export import ExportError, merge_adapter
 
 log = logging.getLogger(__name__)
-
-
-class ExportError(UserError):
-    """An adapter folder that cannot be merged; the message names the file."""
 
 
 def is_adapter_model(model: Any) -> bool:
@@ -85,27 +80,6 @@ def outside_zero3_init() -> Iterator[None]:
     finally:
         if registered is not None:
             hf_ds.set_hf_deepspeed_config(registered)
-
-
-def merge_adapter(adapter_dir: str | Path, dst: str | Path, base_path: str | None = None) -> Path:
-    """Load the base model and the adapter saved in `adapter_dir` in this process, merge, save safetensors to `dst`.
-
-    `base_path` defaults to the adapter's `base_model_name_or_path`."""
-    from peft import PeftModel
-    from transformers import AutoModelForImageTextToText
-
-    src, out = Path(adapter_dir), Path(dst)
-    config = src / "adapter_config.json"
-    if not config.is_file():
-        raise ExportError(f"{src}: no adapter_config.json (not a saved LoRA adapter)")
-    base_path = base_path or json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
-    if not base_path:
-        raise ExportError(f"{config}: no base_model_name_or_path to merge the adapter into")
-    base = AutoModelForImageTextToText.from_pretrained(base_path, use_safetensors=True)
-    merged = PeftModel.from_pretrained(base, str(src)).merge_and_unload()
-    merged.save_pretrained(str(out), safe_serialization=True)
-    log.info("merged the LoRA adapter of %s into %s -> %s", src, base_path, out)
-    return out
 
 
 def _replace_dir(tmp: Path, out_dir: Path) -> None:

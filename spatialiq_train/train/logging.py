@@ -18,6 +18,7 @@ from typing import Any
 
 from spatialiq_train import metrics as m
 from spatialiq_train.io import atomic_write_text
+from spatialiq_train.metrics import read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -74,20 +75,6 @@ def namespaced(logs: dict[str, Any]) -> dict[str, float]:
             continue
         out[metric_name(key)] = float(val)
     return out
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a metrics.jsonl file; a torn last line (interrupted write) is skipped."""
-    p = Path(path)
-    if not p.is_file():
-        return []
-    rows = []
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            log.warning("%s: skipping a torn line", p)
-    return rows
 
 
 class _Sinks:

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialiq_train.recipe_sections import OptimizerSection, ValidationSection, _PhaseSection
-from spatialiq_train.recipes import Recipe
+from spatialiq_train.recipe_model import OptimizerSection, PhaseSection, Recipe, ValidationSection
 from spatialiq_train.train import common
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,7 @@ class PhaseSpec:
     eval_batch_size: Callable[[Recipe], int]
 
 
-def section_of(recipe: Recipe, name: PhaseName) -> _PhaseSection:
+def section_of(recipe: Recipe, name: PhaseName) -> PhaseSection:
     return recipe.sft if name == "sft" else recipe.rl
 
 

@@ -1,9 +1,7 @@
-"""Checks that run before any training: reward names, and everything the RL phase needs, so that a two-phase
-run fails in seconds rather than after its SFT warm-up.
+"""Checks that run before any training: everything the RL phase needs, so that a two-phase run fails in seconds
+rather than after its SFT warm-up.
 
-`check_reward_names` is what `recipes validate` runs: registered names are looked up, a dotted path
-(`pkg.module:function`) is checked for its form only unless `import_modules` is true, because importing a module
-runs its code (`this:x` would run `import this`). Training always imports them. `check_rl_ready` builds the RL
+The reward-name check (`reward.registry.check_reward_names`) lives with the rewards. `check_rl_ready` builds the RL
 reward functions and scores one sample row with them, reads the RL split, loads the policy's model config, and
 builds the GRPO config. `check_validation_held_out` refuses a validation split that shares a structure with a training
 split (`spatialiq_train.splits.check_held_out`, which the NeMo-RL side calls too).
@@ -13,40 +11,20 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from spatialiq_train.errors import UserError
-from spatialiq_train.recipes import Recipe, RecipeError
+from spatialiq_train.recipe_model import Recipe
 
 log = logging.getLogger(__name__)
 
-DOTTED = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
-"""A dotted reward path, `pkg.module:function` (the form reward.registry accepts)."""
 SAMPLE_COMPLETION = "<answer>0</answer>"
 
 
 class PreflightError(UserError):
     """Something the RL phase needs is missing or broken; the message names it and what would be right."""
-
-
-def check_reward_names(recipe: Recipe, source: str, import_modules: bool = False) -> None:
-    """Every `reward.weights` name is a registered reward, or a dotted path (imported only with `import_modules`)."""
-    from reward.registry import get_reward, valid_names
-
-    known = set(valid_names())
-    for name in recipe.reward.weights:
-        if name in known:
-            continue
-        if DOTTED.fullmatch(name) and not import_modules:
-            log.info("%s: reward %r is a dotted path; not imported (pass --import-rewards to import it)", source, name)
-            continue
-        try:
-            get_reward(name)
-        except ValueError as exc:
-            raise RecipeError(f"{source}: reward.weights.{name}: {exc}") from None
 
 
 def _columns_of(row: dict[str, Any]) -> dict[str, list[Any]]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.recipes import VLLM_TO_GRPO, Recipe
+from spatialiq_train.recipe_model import VLLM_TO_GRPO, Recipe
 from spatialiq_train.train import common, phase
 
 log = logging.getLogger(__name__)

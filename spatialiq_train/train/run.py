@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.io import atomic_write_text
-from spatialiq_train.recipes import Recipe, RecipeError, flatten, recipe_to_yaml
+from spatialiq_train.recipe_model import Recipe
+from spatialiq_train.recipes import RecipeError, flatten, recipe_to_yaml
 from spatialiq_train.train import common
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def check_disjoint(traces_dir: str | Path, split_a: str, split_b: str) -> None:
     """Raise if any structure appears in both trace splits (the warm-up and RL data must not share one)."""
-    from spatialiq_train.train.data import read_traces, split_file
+    from spatialiq_train.traces import read_traces, split_file
 
     ids_a = {r.get("structure_id") for r in read_traces(split_file(traces_dir, split_a))} - {None}
     ids_b = {r.get("structure_id") for r in read_traces(split_file(traces_dir, split_b))} - {None}
@@ -36,7 +37,7 @@ def check_disjoint(traces_dir: str | Path, split_a: str, split_b: str) -> None:
     if shared:
         raise ValueError(
             f"{traces_dir}: splits {split_a!r} and {split_b!r} share {len(shared)} structures (e.g. {shared[0]}); "
-            "DAPO-tight needs disjoint partitions (data_gen.splits.partition_of)"
+            "DAPO-tight needs disjoint partitions (spatialiq_train.splits.partition_of)"
         )
 
 

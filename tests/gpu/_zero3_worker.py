@@ -24,8 +24,9 @@ def main() -> None:
     p.add_argument("--data", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
     a = p.parse_args()
-    recipe = tiny_recipe(["run.device=cuda", "model.dtype=bfloat16", "sft.max_steps=2", "logging.save_steps=100",
-                          "model.lora.enabled=true", "model.lora.r=4", "sft.gradient_checkpointing=false"])
+    recipe = tiny_recipe(["run.device=cuda", "model.dtype=bfloat16", "sft.optimizer.max_steps=2",
+                          "logging.save_steps=100",
+                          "model.lora.enabled=true", "model.lora.r=4", "sft.optimizer.gradient_checkpointing=false"])
     ds = load_split(a.data / "traces", "warmup", a.data, "sft")
     trainer, processor = build_sft_trainer(recipe, a.model, ds, a.out / "sft")
     trainer.train()

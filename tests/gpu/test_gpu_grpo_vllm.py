@@ -24,15 +24,16 @@ parity_reward.__name__ = "parity"
 
 def test_grpo_with_colocated_vllm_two_steps(vllm_tiny: Path, tmp_path: Path) -> None:
     needs("vllm", "pip install -e '.[gpu]'")
+    from _train_support import model_digest
+
+    from spatialiq_train.metrics import read_metrics
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.distributed import model_digest
-    from spatialiq_train.train.logging import read_metrics
     from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
 
     traces = write_traces(tmp_path, "rl", 16, np.random.default_rng(0), answer=lambda i: i)
     recipe = tiny_recipe(["run.device=cuda", "model.dtype=bfloat16", "vllm.enabled=true", "vllm.mode=colocate",
-                          "vllm.gpu_memory_utilization=0.2", "rl.max_steps=2", f"rl.num_generations={G}",
-                          f"rl.per_device_train_batch_size={2 * G}", "generation.max_completion_length=16",
+                          "vllm.gpu_memory_utilization=0.2", "rl.optimizer.max_steps=2", f"rl.num_generations={G}",
+                          f"rl.optimizer.per_device_train_batch_size={2 * G}", "generation.max_completion_length=16",
                           "logging.save_steps=100"])
     trainer, _ = build_rl_trainer(recipe, str(vllm_tiny), load_split(traces, "rl", tmp_path, "rl"), tmp_path / "rl",
                                   rewards=RewardSetup([parity_reward], [1.0], [True]))

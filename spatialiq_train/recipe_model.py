@@ -1,4 +1,5 @@
-"""Recipe sections: typed pydantic models, one per YAML section (the `Recipe` itself is in `recipes`).
+"""The recipe's typed model: one pydantic model per YAML section, and the `Recipe` that holds them and checks them
+against each other (loading, overrides and error messages are in `recipes`).
 
 Every section forbids unknown keys. Counts and switches are strict (`max_steps: true` is refused, not read as 1);
 numbers refuse booleans but accept YAML's `1e-6` (a string in YAML 1.1). The SFT and RL phases share one
@@ -66,11 +67,11 @@ MaxSteps = Annotated[StrictInt, AfterValidator(_steps_or_epochs)]
 Split = Literal["train", "val", "warmup", "rl"]
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class LoraSection(_Section):
+class LoraSection(Section):
     """LoRA adapters via peft; disabled means full fine-tuning."""
 
     enabled: Flag = False
@@ -80,7 +81,7 @@ class LoraSection(_Section):
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
-class ModelSection(_Section):
+class ModelSection(Section):
     name_or_path: str = "Qwen/Qwen2.5-VL-7B-Instruct"
     """Hub id or local directory (safetensors) of the policy to start from."""
     tiny: Flag = False
@@ -94,7 +95,7 @@ class ModelSection(_Section):
     lora: LoraSection = Field(default_factory=LoraSection)
 
 
-class DataSection(_Section):
+class DataSection(Section):
     traces_dir: str = "data/traces/cot"
     """Folder holding train.jsonl, val.jsonl, warmup.jsonl and rl.jsonl from `spatialiq traces`."""
     data_root: str = "data/train"
@@ -107,7 +108,7 @@ class DataSection(_Section):
     """Cap on rows read per split (None = all)."""
 
 
-class OptimizerSection(_Section):
+class OptimizerSection(Section):
     """AdamW, its schedule and the batch/step budget of one phase; the keys are TrainingArguments' names."""
 
     learning_rate: Annotated[Num, AfterValidator(_sane_learning_rate)] = 1e-5
@@ -140,7 +141,7 @@ class OptimizerSection(_Section):
 OPTIMIZER_KEYS: tuple[str, ...] = tuple(OptimizerSection.model_fields)
 
 
-class ValidationSection(_Section):
+class ValidationSection(Section):
     """Validation on `data.eval_split` during a phase, and early stopping on it."""
 
     every_steps: Count | None = Field(None, gt=0)
@@ -159,9 +160,9 @@ class ValidationSection(_Section):
         return self
 
 
-class _PhaseSection(_Section):
-    """A training phase: its optimizer and validation. Optimizer keys written flat (`rl.learning_rate`, the
-    spelling before the optimizer section) still load, into `rl.optimizer`, and still read as attributes."""
+class PhaseSection(Section):
+    """A training phase: its optimizer (``sft.optimizer``, ``rl.optimizer``; the phase's own defaults under the
+    recipe's keys) and its validation."""
 
     OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {}
     optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
@@ -169,27 +170,13 @@ class _PhaseSection(_Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _optimizer_keys(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
+    def _optimizer_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("optimizer", {}), dict):
             return data
-        data = dict(data)
-        flat = {key: data.pop(key) for key in list(data) if key in OPTIMIZER_KEYS}
-        nested = data.get("optimizer", {})
-        if not isinstance(nested, dict):
-            return data if not flat else {**data, "optimizer": nested}
-        both = sorted(flat.keys() & nested.keys())
-        if both:
-            raise ValueError(f"{both[0]} is set twice, flat and under optimizer; keep optimizer.{both[0]}")
-        data["optimizer"] = {**cls.OPTIMIZER_DEFAULTS, **flat, **nested}
-        return data
-
-    def __getattr__(self, name: str) -> Any:
-        if name in OPTIMIZER_KEYS:
-            return getattr(self.optimizer, name)
-        return super().__getattr__(name)  # type: ignore[misc]
+        return {**data, "optimizer": {**cls.OPTIMIZER_DEFAULTS, **data.get("optimizer", {})}}
 
 
-class SFTSection(_PhaseSection):
+class SFTSection(PhaseSection):
     OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {
         "learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03, "gradient_accumulation_steps": 8}
     max_length: Count | None = Field(None, gt=0)
@@ -197,7 +184,7 @@ class SFTSection(_PhaseSection):
     assistant_only_loss: Flag = True
 
 
-class DynamicSamplingSection(_Section):
+class DynamicSamplingSection(Section):
     """DAPO dynamic sampling: drop groups whose rewards do not vary, refill from new prompts."""
 
     enabled: Flag = True
@@ -206,7 +193,7 @@ class DynamicSamplingSection(_Section):
     generation batches is at most max_refill_rounds + 1)."""
 
 
-class OverlongSection(_Section):
+class OverlongSection(Section):
     """DAPO soft overlong punishment (trl.rewards.get_soft_overlong_punishment)."""
 
     enabled: Flag = True
@@ -218,7 +205,7 @@ class OverlongSection(_Section):
     penalty: Num = Field(1.0, ge=0)
 
 
-class RLSection(_PhaseSection):
+class RLSection(PhaseSection):
     OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {
         "learning_rate": 5e-7, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 10,
         "per_device_train_batch_size": 4, "gradient_accumulation_steps": 4}
@@ -250,14 +237,15 @@ class RLSection(_PhaseSection):
         per_device = opt.per_device_train_batch_size * (self.steps_per_generation or opt.gradient_accumulation_steps)
         if per_device % self.num_generations:
             raise ValueError(
-                f"rl.per_device_train_batch_size x rl.steps_per_generation (default: gradient_accumulation_steps) = "
+                f"rl.optimizer.per_device_train_batch_size x rl.steps_per_generation (default: "
+                f"rl.optimizer.gradient_accumulation_steps) = "
                 f"{per_device} must be a multiple of rl.num_generations = {self.num_generations}: each device "
                 "generates whole groups (needed by dynamic sampling)"
             )
         return self
 
 
-class VllmSection(_Section):
+class VllmSection(Section):
     """vLLM rollouts; each key but `enabled` is one trl.GRPOConfig field (see VLLM_TO_GRPO)."""
 
     enabled: Flag = True
@@ -308,7 +296,7 @@ VLLM_TO_GRPO: dict[str, str] = {
 """`vllm.<key>` -> `trl.GRPOConfig` field, one to one."""
 
 
-class GenerationSection(_Section):
+class GenerationSection(Section):
     """Rollout sampling during RL."""
 
     max_completion_length: Count = Field(1024, gt=0)
@@ -318,7 +306,7 @@ class GenerationSection(_Section):
     top_k: Count = Field(0, ge=0)
 
 
-class RewardSection(_Section):
+class RewardSection(Section):
     weights: dict[str, Num] = Field(default_factory=lambda: {"format": 0.1, "integer_distance": 0.9})
     """Reward name (reward.registry, or a dotted `pkg.module:function`) -> weight."""
 
@@ -335,7 +323,7 @@ class RewardSection(_Section):
         return weights
 
 
-class EvalSamplingSection(_Section):
+class EvalSamplingSection(Section):
     k: Count = Field(10, gt=0)
     temperature: Num = Field(1.0, ge=0, le=2)
     """0 is greedy; vLLM >= 0.31 rejects temperatures above 2 (`eval sample` applies vLLM's whole rule)."""
@@ -343,7 +331,7 @@ class EvalSamplingSection(_Section):
     max_new_tokens: Count = Field(1024, gt=0)
 
 
-class LoggingSection(_Section):
+class LoggingSection(Section):
     report_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=lambda: ["tensorboard"])
     """Used only for the integrations that are installed."""
     wandb_project: str = "spatialiq"
@@ -353,7 +341,41 @@ class LoggingSection(_Section):
     save_total_limit: Count | None = Field(2, gt=0)
 
 
-class RunSection(_Section):
+class RunSection(Section):
     output_dir: str = "runs/default"
     seed: Count = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+class Recipe(Section):
+    name: str
+    description: str = ""
+    model: ModelSection = Field(default_factory=ModelSection)
+    data: DataSection = Field(default_factory=DataSection)
+    sft: SFTSection = Field(default_factory=SFTSection)
+    rl: RLSection = Field(default_factory=RLSection)
+    vllm: VllmSection = Field(default_factory=VllmSection)
+    generation: GenerationSection = Field(default_factory=GenerationSection)
+    reward: RewardSection = Field(default_factory=RewardSection)
+    eval: EvalSamplingSection = Field(default_factory=EvalSamplingSection)
+    logging: LoggingSection = Field(default_factory=LoggingSection)
+    run: RunSection = Field(default_factory=RunSection)
+
+    @model_validator(mode="after")
+    def _across_sections(self) -> Recipe:
+        budget, window = self.generation.max_completion_length, self.rl.overlong.max_response_length
+        if self.vllm.max_model_len is not None and self.vllm.max_model_len <= budget:
+            raise ValueError(f"vllm.max_model_len ({self.vllm.max_model_len}) must exceed "
+                             f"generation.max_completion_length ({budget}): it holds the prompt and the completion")
+        if self.rl.overlong.enabled and self.rl.overlong.buffer_length > (window or budget):
+            raise ValueError(f"rl.overlong.buffer_length ({self.rl.overlong.buffer_length}) must not exceed the "
+                             f"window end ({window or budget}): the penalty would reach every completion")
+        for phase in ("sft", "rl"):
+            val = getattr(self, phase).validation
+            if val.every_steps is not None and self.data.eval_split is None:
+                raise ValueError(f"{phase}.validation.every_steps needs data.eval_split (the split validated on)")
+            if val.early_stopping_patience is not None and self.logging.save_steps % val.every_steps:
+                raise ValueError(f"{phase}.validation.early_stopping_patience loads the best checkpoint at the end, "
+                                 f"so logging.save_steps ({self.logging.save_steps}) must be a multiple of "
+                                 f"{phase}.validation.every_steps ({val.every_steps})")
+        return self
