@@ -24,19 +24,12 @@ JOB_NAME=siq-sft-cot-32b TRACES=cot
 : "${NODES:=4}"
 # The checkout: SIQ_PROJECT, else this script's parent folder, else (plain sbatch runs a copy of the script from
 # Slurm's spool folder) the folder sbatch was run in.
-siq_p=${SIQ_PROJECT:-}
-if [[ -z $siq_p ]]; then
-  for siq_p in "$(dirname "${BASH_SOURCE[0]}")/.." "${SLURM_SUBMIT_DIR:-}"; do
-    [[ -f $siq_p/slurm/nemo_common.sh ]] && break
-  done
-fi
-if [[ ! -f $siq_p/slurm/nemo_common.sh ]]; then
-  echo "error: cannot find the spatialiq-train checkout: no slurm/nemo_common.sh in" \
-    "${SIQ_PROJECT:-$(dirname "${BASH_SOURCE[0]}")/.. nor in SLURM_SUBMIT_DIR=${SLURM_SUBMIT_DIR:-(unset)}}:" \
-    "run sbatch from the checkout's root, or set SIQ_PROJECT=/path/to/spatialiq-train" >&2
-  exit 2
-fi
-PROJECT=$(cd "$siq_p" && pwd)
+siq_p=("${SIQ_PROJECT:-$(dirname "${BASH_SOURCE[0]}")/..}") siq_w="SIQ_PROJECT=${SIQ_PROJECT:-}"
+[[ -n ${SIQ_PROJECT:-} ]] || siq_p+=("${SLURM_SUBMIT_DIR:-}") siq_w="${siq_p[0]} nor in SLURM_SUBMIT_DIR=${SLURM_SUBMIT_DIR:-(unset)}"
+for PROJECT in "${siq_p[@]}" ""; do [[ -f $PROJECT/slurm/nemo_common.sh ]] && break; done
+[[ -n $PROJECT ]] || { echo "error: cannot find the spatialiq-train checkout: no slurm/nemo_common.sh in $siq_w:" \
+  "run sbatch from the checkout's root, or set SIQ_PROJECT=/path/to/spatialiq-train" >&2; exit 2; }
+PROJECT=$(cd "$PROJECT" && pwd)
 # shellcheck source=slurm/nemo_common.sh
 source "$PROJECT/slurm/nemo_common.sh"
 siq_train_main sft_cot_32b.sh
