@@ -451,12 +451,16 @@ def main(argv: list[str] | None = None) -> int:
                  "unread: declared keys the code never reads (refused: they would have no effect).",
         "algorithms": extract(src),
     }
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, args.out)
+    _write(doc, args.out)
     counts = ", ".join(f"{a}: {len(v['keys'])} keys" for a, v in doc["algorithms"].items())
     print(f"wrote {args.out} (NeMo-RL {tag or '?'} {commit or '?'}; {counts})")
     return 0
+
+
+def _write(doc: dict, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def refresh_unread(src: Source, path: Path) -> int:
@@ -467,9 +471,7 @@ def refresh_unread(src: Source, path: Path) -> int:
         declared = set(entry["keys"]) | set(entry.get("unread", {}))
         entry["unread"] = unread_keys(declared, reads)
         entry["keys"] = sorted(declared - set(entry["unread"]))
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    _write(doc, path)
     print(f"refreshed unread keys in {path}: " + ", ".join(f"{a}: {len(v['unread'])}" for a, v in
                                                           doc["algorithms"].items()))
     return 0

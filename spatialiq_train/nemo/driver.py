@@ -21,7 +21,7 @@ custom reward needs its own driver. This one follows the stock flow and differs 
    (the first datum is built at once, so a bad row, image or length limit fails before any GPU work);
 6. ``grpo.setup(master_config, tokenizer, dataset, val_dataset, processor=processor)`` (13-tuple) and
    ``grpo_train`` with its 12 positional parameters; SFT: ``sft.setup(master_config, processor, train, val)``
-   (9-tuple) and ``sft_train`` (9 parameters), the processor standing in for the tokenizer as ``run_vlm_sft.py``
+   (9-tuple) and ``sft_train`` (9 parameters), the processor passed as the tokenizer, as ``run_vlm_sft.py``
    passes it.
 
 Resuming: NeMo-RL's ``setup`` resumes from the newest ``step_N`` in ``checkpointing.checkpoint_dir`` (weights,
@@ -66,8 +66,7 @@ EXIT_DYNAMIC_SAMPLING_CAP = 3
 DYNAMIC_SAMPLING_CAP_MESSAGE = "Dynamic sampling has reached the maximum allowed number of batches"
 """The start of the ValueError NeMo-RL v0.7.0 raises at the cap (``nemo_rl.algorithms.grpo.dynamic_sampling``)."""
 
-__all__ = ["DYNAMIC_SAMPLING_CAP_MESSAGE", "DataPlan", "DriverSettings", "DynamicSamplingCapError",
-           "EXIT_DYNAMIC_SAMPLING_CAP", "NemoApi", "latest_step", "run"]
+__all__ = ["DYNAMIC_SAMPLING_CAP_MESSAGE", "DynamicSamplingCapError", "EXIT_DYNAMIC_SAMPLING_CAP", "run"]
 
 
 class DynamicSamplingCapError(UserError):
@@ -228,11 +227,11 @@ def _master(api: NemoApi, phase: Phase, config: dict[str, Any], source: Path) ->
         raise UserError(f"{source}: not a NeMo-RL {'GRPO' if phase == 'rl' else 'SFT'} config: {exc}") from exc
 
 
-def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = (), api: NemoApi | None = None) -> None:
+def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) -> None:
     """Train with NeMo-RL from a generated YAML (``spatialiq recipes nemo-rl``) plus Hydra-style overrides."""
     from spatialiq_train.processor import apply_pixel_budget
 
-    api = api or load_api()
+    api = load_api()
     source = Path(config_path)
     config = load_resolved(api, config_path, overrides)
     plan = plan_for(read_settings(config, source), phase, source)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from _train_support import write_traces
+from _train_support import tiny_model_dir, write_traces
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
@@ -45,18 +44,9 @@ class Placement:
 
 
 
-@functools.cache
 def tiny_model() -> Path:
-    """The offline tiny Qwen2.5-VL (with its processor), saved once per process."""
-    import atexit
-    import shutil
-    import tempfile
-
-    from spatialiq_train.tiny import save_tiny
-
-    folder = Path(tempfile.mkdtemp(prefix="siq-nemo-tiny-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return save_tiny(folder / "model", seed=0)
+    """The offline tiny Qwen2.5-VL (with its processor), saved once per process (the main suite's helper)."""
+    return Path(tiny_model_dir())
 
 
 RECIPES = sorted(p.stem for p in SHIPPED_RECIPES.glob("*.yaml") if p.stem.startswith(("dapo_", "sft_")))

@@ -15,6 +15,7 @@ from _train_support import write_traces
 
 from spatialiq_train.errors import UserError
 from spatialiq_train.nemo import driver
+from spatialiq_train.nemo.checkpoints import latest_step
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV
 from spatialiq_train.nemo.export import write_nemo_config
 
@@ -94,8 +95,8 @@ def test_resume_from_a_checkpoint_the_training_loop_would_write(tmp_path: Path, 
     ckpt = Path(master.checkpointing["checkpoint_dir"])
     for name in ("step_2", "tmp_step_11", "old_step_12", "step_x"):
         (ckpt / name).mkdir()
-    assert driver.latest_step(ckpt) == ckpt / "step_10"
-    assert driver.latest_step(tmp_path / "missing") is None
+    assert latest_step(ckpt) == ckpt / "step_10"
+    assert latest_step(tmp_path / "missing") is None
     with caplog.at_level("INFO", logger="spatialiq_train.nemo.driver"), pytest.raises(PlacementReached):
         driver.run("rl", config)
     assert f"resuming from {ckpt / 'step_10'}" in caplog.text
