@@ -35,13 +35,20 @@ def non_finite_metric(logs: Mapping[str, Any]) -> tuple[str, float] | None:
 
 
 def non_finite_parameter(named_parameters: Iterable[tuple[str, Any]]) -> str | None:
-    """The name of the first parameter tensor holding a NaN or infinity, else None."""
+    """The name of the first parameter tensor holding a NaN or infinity, else None.
+
+    Runs after every optimizer step, so it reads one flag per device back to the host, not one per tensor."""
     import torch
 
+    by_device: dict[Any, list[tuple[str, Any]]] = {}
+    for name, param in named_parameters:
+        if param.numel():
+            by_device.setdefault(param.device, []).append((name, param))
     with torch.no_grad():
-        for name, param in named_parameters:
-            if param.numel() and not bool(torch.isfinite(param).all()):
-                return name
+        for items in by_device.values():
+            finite = torch.stack([torch.isfinite(param).all() for _, param in items])
+            if not bool(finite.all()):
+                return items[int((~finite).nonzero()[0, 0])][0]
     return None
 
 
