@@ -22,9 +22,9 @@ import numpy as np  # noqa: E402
 from eval.compare import pairwise_mcnemar  # noqa: E402
 from eval.completions import Completion  # noqa: E402
 from eval.score import collect_predictions, first_sample_table, score_predictions  # noqa: E402
-from spatialiq_train.dataset import View  # noqa: E402
-from spatialiq_train.tasks import fill_cot_template  # noqa: E402
-from spatialiq_train.views import LEAF_VIEWS  # noqa: E402
+from spatialiq_train.core.dataset import View  # noqa: E402
+from spatialiq_train.core.tasks import fill_cot_template  # noqa: E402
+from spatialiq_train.core.views import LEAF_VIEWS  # noqa: E402
 
 
 def _letters(n: int) -> str:

@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from eval.completions import Completion
-from spatialiq_train.dataset import View
+from spatialiq_train.core.dataset import View
+from spatialiq_train.core.tasks import fill_cot_template
+from spatialiq_train.core.views import LEAF_VIEWS, view_relpath
 from spatialiq_train.lab.analyze import analyze, write_analysis
 from spatialiq_train.lab.scoring import parse_reward_list
 from spatialiq_train.lab.table import build_table
-from spatialiq_train.tasks import fill_cot_template
-from spatialiq_train.views import LEAF_VIEWS, view_relpath
 
 
 def sample_gt(rng: np.random.Generator) -> dict[str, object]:

@@ -33,7 +33,7 @@ from eval.paper.common import full_precision  # noqa: E402
 from eval.paper.registry import LOOSE_COLUMNS, TABLES  # noqa: E402
 from eval.paper.tables import build_tables  # noqa: E402
 from eval.rawcsv import read_raw_dir  # noqa: E402
-from spatialiq_train.io import csv_text  # noqa: E402
+from spatialiq_train.core.io import csv_text  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "paper_outputs"
 RAW_IN_GIT = "analyses/inference_results"

@@ -22,7 +22,7 @@ import numpy as np
 from data_gen.camera import leaf_camera
 from data_gen.render.base import SceneSpec
 from data_gen.render.mitsuba_backend import VARIANTS, MitsubaRenderer, find_libllvm
-from spatialiq_train.views import LEAF_VIEWS
+from spatialiq_train.core.views import LEAF_VIEWS
 
 STRUCTURES = (
     ((3, 2, 1, 0), (2, 2, 1, 1), (1, 1, 0, 0), (4, 1, 0, 1)),

@@ -20,7 +20,7 @@ import numpy as np
 
 from reward import get_reward
 from reward.registry import RewardFn
-from spatialiq_train.tasks import fill_cot_template
+from spatialiq_train.core.tasks import fill_cot_template
 
 GT_FIELDS = ("task2", "task3", "task4", "task5", "task6", "task7", "task8", "task9", "num_hidden_blocks", "task_main")
 

@@ -70,7 +70,7 @@ def cot_target() -> str:
     """An SFT-CoT target as the traces write it (every template field filled)."""
     import re
 
-    from spatialiq_train.prompts import COT_TARGET_TEMPLATE
+    from spatialiq_train.core.prompts import COT_TARGET_TEMPLATE
 
     return re.sub(r"\{\w+\}", "3", COT_TARGET_TEMPLATE.replace("{task1}", "blocks"))
 
@@ -79,7 +79,7 @@ def write_traces(root: Path, n: int, side: int, rng: np.random.Generator) -> Pat
     """`warmup` and `rl` trace splits of random `side` x `side` views with the CoT prompt and target."""
     from PIL import Image
 
-    from spatialiq_train.prompts import COT_SYSTEM_PROMPT, TRAINING_CRITICAL_INSTRUCTION
+    from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT, TRAINING_CRITICAL_INSTRUCTION
 
     (root / "img").mkdir(parents=True, exist_ok=True)
     traces = root / "traces"
@@ -103,8 +103,8 @@ def write_traces(root: Path, n: int, side: int, rng: np.random.Generator) -> Pat
 
 def plan(arch: str, steps: int, lora: bool) -> dict[str, Any]:
     """What the run will do, without building weights: recipe, overrides, lengths, parameter count, FLOP factors."""
-    from spatialiq_train.processor import tokens_for
-    from spatialiq_train.recipes import load_recipe
+    from spatialiq_train.core.processor import tokens_for
+    from spatialiq_train.core.recipes import load_recipe
     from spatialiq_train.tiny import QWEN25_VL_7B, build_model, build_tokenizer
 
     recipe = load_recipe(RECIPES[arch], [*FIXED, f"sft.optimizer.max_steps={steps + 1}",
@@ -170,7 +170,7 @@ def _peak_memory_gb(gpu: bool) -> float:
 
 def phase_result(name: str, output_dir: Path, times: list[float], n_params: int, factor: int,
                  peak: float | None, gpu: bool) -> dict:
-    from spatialiq_train.metrics import read_metrics
+    from spatialiq_train.core.metrics import read_metrics
 
     rows = read_metrics(output_dir / "metrics.jsonl")
     tokens = [r["train/num_tokens"] for r in rows if "train/num_tokens" in r]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spatialiq_train.views import LeafView
+from spatialiq_train.core.views import LeafView
 
 BLOCK_SIZE = 0.1
 """Cube edge and grid pitch in metres."""

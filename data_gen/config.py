@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from spatialiq_train.errors import JobFailure
-from spatialiq_train.views import LEAF_VIEWS
+from spatialiq_train.core.errors import JobFailure
+from spatialiq_train.core.views import LEAF_VIEWS
 
 STRUCTURES_PER_SHARD = 64
 """Default shard size when ``--num-shards`` is not given."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from spatialiq_train.io import atomic_write_text, markdown_table, read_json
+from spatialiq_train.core.io import atomic_write_text, markdown_table, read_json
 
 CARD_FILE = "README.md"
 DOCS = "spatialiq-train docs/generation.md (section \"Ground truth\") and ../shared/docs/benchmark-spec.md"

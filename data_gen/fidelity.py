@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spatialiq_train.dataset import iter_views
+from spatialiq_train.core.dataset import iter_views
 
 REFERENCE_RELPATH = "../shared/fixtures/paper_outputs/raw/eval_raw_qwen_text.csv"
 """The released per-view CSV, relative to the repository root (``../shared`` sits beside it)."""

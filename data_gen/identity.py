@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.config import GenConfig, GenerationError
-from spatialiq_train.dataset import GEN_CONFIG_FILE
-from spatialiq_train.io import atomic_write_json, read_json
+from spatialiq_train.core.dataset import GEN_CONFIG_FILE
+from spatialiq_train.core.io import atomic_write_json, read_json
 
 RENDER_MODULES = {"mitsuba": ("mitsuba", "render"), "isaacsim": ("isaacsim", "isaacsim")}
 """Importable module and pip extra of each rendering backend."""

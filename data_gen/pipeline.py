@@ -15,8 +15,8 @@ import numpy as np
 from data_gen import visibility, writer
 from data_gen.config import MAX_HEIGHT, GenConfig, GenerationError
 from data_gen.plan import PlannedStructure
-from spatialiq_train import splits
-from spatialiq_train.views import LEAF_VIEWS, sample_relpath, view_relpath
+from spatialiq_train.core import splits
+from spatialiq_train.core.views import LEAF_VIEWS, sample_relpath, view_relpath
 
 _RENDER_STREAM = 0x52454E44  # extra entropy word: render draws never collide with structure draws
 

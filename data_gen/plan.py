@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from data_gen import structure
-from spatialiq_train import splits
-from spatialiq_train.io import atomic_write_text, read_json
+from spatialiq_train.core import splits
+from spatialiq_train.core.io import atomic_write_text, read_json
 
 log = logging.getLogger(__name__)
 

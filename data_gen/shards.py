@@ -15,10 +15,11 @@ from typing import Any
 from data_gen import writer
 from data_gen.config import VIEWS_PER_STRUCTURE, GenConfig, GenerationError
 from data_gen.identity import check_backend
-from spatialiq_train import splits
-from spatialiq_train.dataset import GEN_CONFIG_FILE, MANIFEST_FILE, shard_done_relpath, shard_parquet_relpath
-from spatialiq_train.io import atomic_write_bytes, atomic_write_json, read_json, sha256_file
-from spatialiq_train.views import sample_relpath
+from spatialiq_train.core import splits
+from spatialiq_train.core.dataset import GEN_CONFIG_FILE, MANIFEST_FILE, shard_done_relpath, shard_parquet_relpath
+from spatialiq_train.core.io import atomic_write_bytes, atomic_write_json, read_json, sha256_file
+from spatialiq_train.core.versions import PROJECT_VERSION
+from spatialiq_train.core.views import sample_relpath
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,6 @@ def finish_shard(cfg: GenConfig, shard: int, rows: list[dict[str, Any]], backend
 def merge(out: Path, log_fn: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Verify every shard against its completion record and write ``manifest.json`` and the dataset card; returns
     the manifest."""
-    from spatialiq_train import __version__
-
     out = Path(out)
     args, split, k = read_gen_config(out)
     backend = args.get("render_backend")
@@ -108,7 +107,7 @@ def merge(out: Path, log_fn: Callable[[str], None] | None = None) -> dict[str, A
         shards.append({"path": record["parquet"], "sha256": digest, "rows": record["views"],
                        "structures": record["structures"]})
         _add_counts(counts, record, split)
-    manifest = {"generator": "spatialiq-train", "version": __version__, "arguments": args, "counts": counts,
+    manifest = {"generator": "spatialiq-train", "version": PROJECT_VERSION, "arguments": args, "counts": counts,
                 "shards": shards}
     atomic_write_json(out / MANIFEST_FILE, manifest)
     from data_gen.dataset_card import write_dataset_card

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_gen import structure
-from spatialiq_train import splits
-from spatialiq_train.dataset import (
+from spatialiq_train.core import splits
+from spatialiq_train.core.dataset import (
     DatasetNotFoundError,
     iter_scene_files,
     iter_shard_rows,

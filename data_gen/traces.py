@@ -1,12 +1,12 @@
 """SFT-plain and SFT-CoT traces: chat-format JSONL records built from per-view ground truth.
 
-Views come from ``spatialiq_train.dataset.iter_views``: the per-view layout
+Views come from ``spatialiq_train.core.dataset.iter_views``: the per-view layout
 ``<data>/<split>/level_1/sample_NNNNN/view_VV/<leaf>/gt.json`` (``scene.json`` in the sample folder,
 ``view.png`` beside ``gt.json``), the parquet shards ``<data>/data/<split>-*.parquet`` of a dataset
 without leaf folders (same records: the ``view`` column is the leaf folder path), or the released
 benchmark, which has no split folder and no ``structure_id``: there the group id is the path of the
 sample folder (benchmark-spec 6.3). Records of the train split go to one of the three disjoint parts ``val``,
-``warmup`` and ``rl`` (``spatialiq_train.splits.part_of``), and those of ``warmup`` and ``rl`` also to ``train``;
+``warmup`` and ``rl`` (``spatialiq_train.core.splits.part_of``), and those of ``warmup`` and ``rl`` also to ``train``;
 those of the benchmark split go to ``benchmark``; all decided by structure.
 
 Targets: SFT-plain is ``<answer>{value}</answer>`` (the released ``prepare_data.py`` wrote the
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialiq_train.dataset import (  # REWARD_FIELDS: also read from here
+from spatialiq_train.core.dataset import (  # REWARD_FIELDS: also read from here
     IMAGE_FILE,
     REWARD_FIELDS,
     DatasetError,
@@ -31,11 +31,11 @@ from spatialiq_train.dataset import (  # REWARD_FIELDS: also read from here
     View,
     iter_views,
 )
-from spatialiq_train.errors import InputError
-from spatialiq_train.io import atomic_write_bytes, atomic_write_text, resolve_inside
-from spatialiq_train.prompts import COT_SYSTEM_PROMPT
-from spatialiq_train.splits import SPLITS, part_of
-from spatialiq_train.tasks import COT_FIELDS, Dialect, build_prompt, fill_cot_template, get_task
+from spatialiq_train.core.errors import InputError
+from spatialiq_train.core.io import atomic_write_bytes, atomic_write_text, resolve_inside
+from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT
+from spatialiq_train.core.splits import SPLITS, part_of
+from spatialiq_train.core.tasks import COT_FIELDS, Dialect, build_prompt, fill_cot_template, get_task
 
 logger = logging.getLogger(__name__)
 

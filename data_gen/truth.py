@@ -23,8 +23,8 @@ from data_gen.camera import RESOLUTION, leaf_camera
 from data_gen.heightmap import Block, as_height_map
 from data_gen.structure import structure_id
 from data_gen.visibility import cast, support_closure, visible_set
-from spatialiq_train.dataset import GT_INT_FIELDS, GroundTruthError
-from spatialiq_train.views import LEAF_VIEWS, LeafView
+from spatialiq_train.core.dataset import GT_INT_FIELDS, GroundTruthError
+from spatialiq_train.core.views import LEAF_VIEWS, LeafView
 
 TASK1_ANSWER = "blocks"
 """task1 is always the literal ``"blocks"``, whatever the object type (spec 7.1 item 5)."""
@@ -205,7 +205,7 @@ def _list_relations(gt: Mapping[str, Any]) -> list[tuple[str, bool]]:
 
 def check_invariants(gt: Mapping[str, Any], structure_id: str, leaf: LeafView) -> None:
     """Check one freshly generated gt dict against the invariants of section 4.3 (a generation self-check; a gt.json
-    read from disk is checked by ``spatialiq_train.dataset.validate_gt``); a violation raises GroundTruthError."""
+    read from disk is checked by ``spatialiq_train.core.dataset.validate_gt``); a violation raises GroundTruthError."""
     where = f"structure {structure_id}, leaf {leaf.relpath}"
     missing = [key for key in (*_INT_FIELDS, "task1", "visible_blocks") if key not in gt]
     if missing:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from data_gen import shards
-from spatialiq_train.dataset import MANIFEST_FILE, shard_done_relpath, shard_parquet_relpath
-from spatialiq_train.io import read_json, sha256_file
-from spatialiq_train.views import LEVEL, SAMPLE_DIR_RE
+from spatialiq_train.core.dataset import MANIFEST_FILE, shard_done_relpath, shard_parquet_relpath
+from spatialiq_train.core.io import read_json, sha256_file
+from spatialiq_train.core.views import LEVEL, SAMPLE_DIR_RE
 
 MISSING = "missing"
 """What ``Mismatch.found`` says for a recorded file that is not on disk."""

@@ -1,6 +1,6 @@
 """Writers for both output forms: the per-view folder layout and parquet shards with an HF schema.
 
-Every file goes through ``spatialiq_train.io`` (temp file, then rename), and nothing written
+Every file goes through ``spatialiq_train.core.io`` (temp file, then rename), and nothing written
 carries a timestamp or an absolute path, so the same arguments always give the same bytes.
 The parquet schema embeds the Hugging Face ``datasets`` features (``image`` as an ``Image``
 feature), so ``datasets.load_dataset("parquet", data_files=...)`` decodes images without any
@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from spatialiq_train.dataset import GT_FILE, GT_INT_FIELDS, IMAGE_FILE, SCENE_FILE
-from spatialiq_train.io import atomic_write_bytes, dumps_json
-from spatialiq_train.views import LEVEL, LeafView, sample_relpath, view_relpath
+from spatialiq_train.core.dataset import GT_FILE, GT_INT_FIELDS, IMAGE_FILE, SCENE_FILE
+from spatialiq_train.core.io import atomic_write_bytes, dumps_json
+from spatialiq_train.core.views import LEVEL, LeafView, sample_relpath, view_relpath
 
 _V = {"_type": "Value"}
 _INT_LIST_LIST = {"feature": {"feature": {"dtype": "int64", **_V}, "_type": "Sequence"}, "_type": "Sequence"}
@@ -109,7 +109,7 @@ def write_sample(
 
 
 def json_bytes(obj: Any) -> bytes:
-    """The bytes ``spatialiq_train.io.atomic_write_json`` writes for ``obj``."""
+    """The bytes ``spatialiq_train.core.io.atomic_write_json`` writes for ``obj``."""
     return dumps_json(obj).encode("utf-8")
 
 

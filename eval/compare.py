@@ -11,8 +11,8 @@ import numpy as np
 from eval.paper.common import full_precision
 from eval.rawcsv import ResponderTable, read_raw_csv, read_raw_dir
 from eval.stats import benjamini_hochberg, mcnemar_exact
-from spatialiq_train.errors import InputError
-from spatialiq_train.io import atomic_write_text, csv_text
+from spatialiq_train.core.errors import InputError
+from spatialiq_train.core.io import atomic_write_text, csv_text
 
 COLUMNS: tuple[str, ...] = (
     "task", "model_a", "model_b", "n", "accuracy_a", "accuracy_b", "a_only", "b_only", "p_value", "p_bh",

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spatialiq_train.errors import InputError, UserError
-from spatialiq_train.io import loads_json
+from spatialiq_train.core.errors import InputError, UserError
+from spatialiq_train.core.io import loads_json
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eval.sample import GREEDY_BELOW, Request, SamplingConfig
-from spatialiq_train.errors import UserError
-from spatialiq_train.processor import load_processor
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.processor import load_processor
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def _repeat(texts: list[str], dec: Decoding) -> list[str]:
 
 def pixel_budget(processor: Any) -> tuple[int, int] | None:
     """(min_pixels, max_pixels) of a Qwen2.5-VL processor's image processor, or None when it sets none."""
-    from spatialiq_train.processor import ProcessorError, budget_of
+    from spatialiq_train.core.processor import ProcessorError, budget_of
 
     try:
         return budget_of(processor)
@@ -133,7 +133,7 @@ def fit_images(images: list[Any], budget: tuple[int, int] | None) -> list[Any]:
     """
     if budget is None:
         return images
-    from spatialiq_train.processor import resize_to_budget
+    from spatialiq_train.core.processor import resize_to_budget
 
     return [resize_to_budget(im, *budget) for im in images]
 
@@ -148,7 +148,7 @@ class TransformersEngine:
         import torch
         from transformers import AutoModelForImageTextToText
 
-        from spatialiq_train.versions import check_versions
+        from spatialiq_train.core.versions import check_versions
 
         check_versions("transformers")
         self.device = device
@@ -225,7 +225,7 @@ class VLLMEngine:
             raise UserError(
                 "--engine vllm: the vllm engine needs vLLM, which is not installed here; install it on a GPU node "
                 "(pip install 'spatialiq-train[gpu]') or use --engine transformers") from exc
-        from spatialiq_train.versions import check_versions
+        from spatialiq_train.core.versions import check_versions
 
         check_versions("vllm", "transformers")
         self.processor = load_processor(model_path)
@@ -258,7 +258,7 @@ class VLLMEngine:
 
     def _check_length(self, req: Request, text: str, images: list[Any], max_new_tokens: int) -> None:
         """Refuse a prompt that cannot fit ``max_model_len`` with its new-token budget, naming the view."""
-        from spatialiq_train.processor import image_token_count
+        from spatialiq_train.core.processor import image_token_count
 
         n_text = len(self.processor.tokenizer(text)["input_ids"])
         n_images = sum(image_token_count(im.height, im.width, self.processor) - 1 for im in images) \

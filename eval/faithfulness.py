@@ -2,7 +2,7 @@
 
 Inputs are ``(scenes, k)`` arrays for every sampled trace: the parsed final answer, the parsed
 sub-task values (NaN when a line is absent), the total line's ``hidden`` term, and the per-trace
-self-consistency of :func:`spatialiq_train.parsing.trace_self_consistent` (1.0, 0.0, or NaN when
+self-consistency of :func:`spatialiq_train.core.parsing.trace_self_consistent` (1.0, 0.0, or NaN when
 the answer or the total line is absent), as :func:`eval.score.collect_predictions` records it.
 """
 

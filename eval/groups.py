@@ -19,8 +19,8 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from spatialiq_train.errors import InputError
-from spatialiq_train.io import atomic_write_json
+from spatialiq_train.core.errors import InputError
+from spatialiq_train.core.io import atomic_write_json
 
 GROUPS: tuple[str, ...] = ("text", "trained_text", "both")
 GROUPS_FILE = "responder_groups.json"

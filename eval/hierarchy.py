@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 
 from eval.rawcsv import ResponderTable
-from spatialiq_train.errors import InputError
+from spatialiq_train.core.errors import InputError
 
 Convention = Literal["prerequisite_given_dependent", "dependent_given_prerequisite"]
 CONVENTIONS: tuple[Convention, ...] = ("prerequisite_given_dependent", "dependent_given_prerequisite")

@@ -32,8 +32,8 @@ from eval.paper import accuracy
 from eval.paper.accuracy import convention_for
 from eval.paper.common import display_name, full_precision, make_group
 from eval.rawcsv import ResponderTable, read_raw_dir
-from spatialiq_train.io import atomic_write_text, csv_text
-from spatialiq_train.tasks import TASKS
+from spatialiq_train.core.io import atomic_write_text, csv_text
+from spatialiq_train.core.tasks import TASKS
 
 TASK_LABELS: tuple[tuple[str, str], ...] = tuple(
     (("Task" if t.paper_tag.startswith("S") else "Target") + t.paper_tag[1:], t.csv_column)

@@ -1,6 +1,6 @@
 """What wrote a completions file: ``<file>.provenance.json`` beside it, checked before a resume appends to it.
 
-The record holds the model (its path as given and, for a local checkpoint, ``spatialiq_train.weights
+The record holds the model (its path as given and, for a local checkpoint, ``spatialiq_train.core.weights
 .checkpoint_digest`` over its weights and configs) and every sampling setting that changes the completions
 (:data:`SAMPLING_KEYS`). ``eval sample`` writes it with the first completions and, when the file already holds
 completions, refuses to append unless the recorded values equal this run's, naming each difference: otherwise a
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.sample import SamplingConfig
-from spatialiq_train.errors import UserError
-from spatialiq_train.io import atomic_write_json
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.io import atomic_write_json
 
 SAMPLING_KEYS: tuple[str, ...] = ("mode", "k", "temperature", "top_p", "max_new_tokens", "dialect",
                                   "cot_system_prompt", "tasks", "seed")
@@ -35,7 +35,7 @@ def provenance_path(completions: str | Path) -> Path:
 
 def sampling_record(model: str, config: SamplingConfig) -> dict[str, Any]:
     """The provenance of a sampling run: model path, weights-and-config digest (local folders), sampling settings."""
-    from spatialiq_train.weights import checkpoint_digest
+    from spatialiq_train.core.weights import checkpoint_digest
 
     local = Path(model).is_dir()
     settings = config.model_dump()

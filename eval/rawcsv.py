@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from spatialiq_train.errors import InputError, UserError
-from spatialiq_train.io import atomic_write_text, csv_text
-from spatialiq_train.tasks import TASKS
+from spatialiq_train.core.errors import InputError, UserError
+from spatialiq_train.core.io import atomic_write_text, csv_text
+from spatialiq_train.core.tasks import TASKS
 
 META_COLUMNS: tuple[str, ...] = ("total_blocks", "num_hidden_blocks", "num_columns", "num_layers")
 """Ground-truth columns between ``object_type`` and the first task column."""

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.hierarchy import SUMMARY_COLUMNS
-from spatialiq_train.errors import InputError
-from spatialiq_train.io import atomic_write_bytes, atomic_write_json, atomic_write_text, markdown_table, read_json
+from spatialiq_train.core.errors import InputError
+from spatialiq_train.core.io import atomic_write_bytes, atomic_write_json, atomic_write_text, markdown_table, read_json
 
 REQUIRED_KEYS: tuple[str, ...] = ("name", "k", "summary", "object_counting", "per_task", "summation_2x2", "breakdowns")
 DIFFICULTY_PANELS: tuple[tuple[str, str], ...] = (

@@ -24,10 +24,10 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eval.completions import Completion, Key, append_completions, load_completions, repair_tail
-from spatialiq_train.dataset import View
-from spatialiq_train.errors import InputError
-from spatialiq_train.prompts import COT_SYSTEM_PROMPT
-from spatialiq_train.tasks import INTEGER_TASKS, Dialect, build_prompt, get_task
+from spatialiq_train.core.dataset import View
+from spatialiq_train.core.errors import InputError
+from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT
+from spatialiq_train.core.tasks import INTEGER_TASKS, Dialect, build_prompt, get_task
 
 log = logging.getLogger(__name__)
 

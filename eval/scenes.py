@@ -1,4 +1,4 @@
-"""Benchmark views to evaluate, read through the one dataset reader (``spatialiq_train.dataset``).
+"""Benchmark views to evaluate, read through the one dataset reader (``spatialiq_train.core.dataset``).
 
 Both our generated split (``<data>/benchmark/level_1/sample_NNNNN/view_VV/offsetO_fovF_distD/``), its
 parquet shards (``<data>/data/benchmark-*.parquet``, images embedded) and the released layout (the same
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatialiq_train.dataset import SCORED_FIELDS, SPLIT_DIRS, View, iter_views
+from spatialiq_train.core.dataset import SCORED_FIELDS, SPLIT_DIRS, View, iter_views
 
 __all__ = ["PARTITION_SPLITS", "SPLIT_DIRS", "find_scenes"]
 
 PARTITION_SPLITS: tuple[str, ...] = ("val", "warmup", "rl")
-"""Parts of the train split a ``split`` argument may name (``spatialiq_train.splits.part_of``, disjoint):
+"""Parts of the train split a ``split`` argument may name (``spatialiq_train.core.splits.part_of``, disjoint):
 ``--split rl`` reads the train split's views whose structure falls in the RL part."""
 
 
@@ -32,7 +32,7 @@ def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[View]
     """
     if split not in PARTITION_SPLITS:
         return list(iter_views(data, split, required=SCORED_FIELDS))
-    from spatialiq_train.splits import part_of
+    from spatialiq_train.core.splits import part_of
 
     train = iter_views(data, "train", required=SCORED_FIELDS)
     views = [v for v in train if part_of(v.structure_id) == split]

@@ -1,6 +1,6 @@
 """Score sampled completions against benchmark ground truth: every metric of metrics.md in one JSON.
 
-Parsing is the shared :mod:`spatialiq_train.parsing` under one of two rules (``parse``): ``official``
+Parsing is the shared :mod:`spatialiq_train.core.parsing` under one of two rules (``parse``): ``official``
 (default; the official evaluators' reading: ``parse_trace_official`` for from-trace mode,
 ``parse_integer_answer_official`` for independent mode) or ``strict`` (``parse_trace`` /
 ``parse_integer_answer``). The hierarchy columns, the 2x2, composition, per-task accuracy
@@ -27,9 +27,9 @@ from eval.hierarchy import CONVENTIONS, Convention, composition, summary_row, su
 from eval.rawcsv import META_COLUMNS, TASK_ORDER, ResponderTable
 from eval.sample import Mode
 from eval.stats import accuracy
-from spatialiq_train.dataset import View
-from spatialiq_train.errors import UserError
-from spatialiq_train.parsing import (
+from spatialiq_train.core.dataset import View
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.parsing import (
     OFFICIAL_RULE,
     STRICT_RULE,
     ParsedTrace,
@@ -38,7 +38,7 @@ from spatialiq_train.parsing import (
     parse_integer_answer_official,
     trace_parser,
 )
-from spatialiq_train.tasks import COT_LINE_TASKS, INTEGER_TASKS, SCORED_COT_LINES, get_task
+from spatialiq_train.core.tasks import COT_LINE_TASKS, INTEGER_TASKS, SCORED_COT_LINES, get_task
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ Formulas (docs/rewards.md has the full table):
 * ``stepwise``: the share of CoT lines 2..10 whose value equals the view's ground truth.
 * ``consistency``: strict self-consistency: 1 when the trace's own visible (line 6) + hidden
   (line 10) equals its tagged answer and its total line states exactly that sum (a stricter variant
-  of evaluation's :func:`spatialiq_train.parsing.trace_self_consistent`).
+  of evaluation's :func:`spatialiq_train.core.parsing.trace_self_consistent`).
 * ``overlong(max_len, cache)``: DAPO's soft overlong penalty, in [-1, 0].
 * ``default`` = 0.1 format + 0.9 integer_distance.
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from reward.errors import record_error
 from reward.registry import register, register_combination, register_factory
-from spatialiq_train.parsing import (
+from spatialiq_train.core.parsing import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
     parse_cot_lines,
@@ -36,7 +36,7 @@ from spatialiq_train.parsing import (
     tag_integer,
     trace_self_consistent,
 )
-from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES
+from spatialiq_train.core.tasks import COT_LINE_TASKS, SCORED_COT_LINES
 
 _OPEN_LEN = len(ANSWER_OPEN)
 _TAG_TAIL = "answer>"
@@ -136,7 +136,7 @@ def stepwise_score(completion: str, truth: dict[str, Any]) -> float:
 def consistency_score(completion: str) -> float:
     """Strict self-consistency: 1 when line 6 + line 10 = the tagged answer and the total line says so.
 
-    Built on the evaluation's predicate :func:`spatialiq_train.parsing.trace_self_consistent` (answer =
+    Built on the evaluation's predicate :func:`spatialiq_train.core.parsing.trace_self_consistent` (answer =
     the total line's visible + hidden) and stricter than it: the answer is the gated tag integer (no
     total-line or last-integer fallback), lines 6 and 10 must state the total line's two terms, and the
     total line's ``= N`` must be the answer too.

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from spatialiq_train.recipes import RecipeError
+from spatialiq_train.core.recipes import RecipeError
 
 RewardFn = Callable[..., list[float]]
 """``fn(completions: list[str], *, answer: list[int], **columns) -> list[float]``."""

@@ -10,7 +10,7 @@
 # MODEL's path below OUT (else its whole path or hub id) with '/' turned into '-', so the two commands above write
 # OUT/eval/nemo_rl-sft-hf and OUT/eval/nemo_rl-rl-hf. OUT/eval/NAME/model.txt records MODEL, and a later job that
 # would put another MODEL under the same NAME stops instead of resuming that folder's completions.
-# The NeMo-RL image's vLLM (0.20) is older than the range the eval accepts (spatialiq_train/versions.py), so the
+# The NeMo-RL image's vLLM (0.20) is older than the range the eval accepts (spatialiq_train/core/versions.py), so the
 # default IMAGE is a vLLM image in that range. Variables: MODEL (required: HF folder or hub id; a hub id must be in
 # HF_HOME already), BENCH (default DATA/benchmark), SPLIT (benchmark), K (10), TP (GPUS_PER_NODE), NAME, GPUS_PER_NODE
 # (4), TIME (08:00:00), IMAGE (vllm/vllm-openai:v0.25.1), ACCOUNT, PARTITION, DATA, OUT, HF_HOME, PYDEPS, MOUNTS,

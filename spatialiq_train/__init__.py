@@ -1,6 +1,10 @@
-"""spatialiq-train core: task catalogue, benchmark prompts, completion parsing, recipes and the CLI.
+"""spatialiq-train: RLVR training of vision-language models on the Spatial-IQ block-counting hierarchy.
 
-Importing this package is light: no training engine, renderer or dataset library is loaded.
+``spatialiq_train.core`` holds the vocabulary (dataset, prompts, tasks, parsing, recipes, ...); ``cli``, ``train``,
+``nemo``, ``release`` and ``lab`` sit on top of it and of ``data_gen``, ``reward`` and ``eval``. Importing this
+package is light: no training engine, renderer or dataset library is loaded.
 """
 
-__version__ = "0.1.0"
+from spatialiq_train.core.versions import PROJECT_VERSION as __version__
+
+__all__ = ["__version__"]

@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.errors import UserError
-from spatialiq_train.io import atomic_write_json
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.io import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def _merge_adapter(src: Path, dst: Path) -> None:
 
 def write_processor(src: Path, dst: Path, min_pixels: int | None, max_pixels: int | None) -> Any:
     """The processor (image processor with the recipe's pixel budget, tokenizer, chat template) saved to ``dst``."""
-    from spatialiq_train.processor import load_processor, save_processor
+    from spatialiq_train.core.processor import load_processor, save_processor
 
     processor = load_processor(src, min_pixels=min_pixels, max_pixels=max_pixels)
     save_processor(processor, dst)

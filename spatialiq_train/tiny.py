@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.prompts import COT_SYSTEM_PROMPT, COT_TARGET_TEMPLATE, TRAINING_CRITICAL_INSTRUCTION
+from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT, COT_TARGET_TEMPLATE, TRAINING_CRITICAL_INSTRUCTION
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +101,9 @@ def build_image_processor(min_pixels: int = 56 * 56, max_pixels: int = 448 * 448
 
 def build_processor(tokenizer: Any, image_processor: Any | None = None) -> Any:
     """The standard Qwen2.5-VL processor (with its video processor) where torchvision is installed, else the
-    explicitly image-only subclass; :func:`spatialiq_train.processor.save_processor` writes the same standard files
+    explicitly image-only subclass; :func:`spatialiq_train.core.processor.save_processor` writes the same standard files
     from either."""
-    from spatialiq_train.processor import image_only_processor_class, video_processor_config
+    from spatialiq_train.core.processor import image_only_processor_class, video_processor_config
 
     image_processor = image_processor or build_image_processor()
     try:
@@ -171,7 +171,7 @@ def build_model(tokenizer: Any, seed: int = 0, dtype: Any = None, device: str | 
 def save_tiny(out_dir: str | Path, seed: int = 0) -> Path:
     """Build tokenizer, processor and model and save all three (safetensors, standard processor files) under
     `out_dir`."""
-    from spatialiq_train.processor import save_processor
+    from spatialiq_train.core.processor import save_processor
 
     out = Path(out_dir)
     tokenizer = build_tokenizer()

@@ -1,8 +1,11 @@
-"""The metric-name check the tests apply to every logged name (the table is :data:`spatialiq_train.metrics.METRICS`)."""
+"""The metric-name check the tests apply to every logged name.
+
+The table is :data:`spatialiq_train.core.metrics.METRICS`.
+"""
 
 from __future__ import annotations
 
-from spatialiq_train.metrics import METRICS, REWARD_STATS
+from spatialiq_train.core.metrics import METRICS, REWARD_STATS
 
 
 def is_known(name: str) -> bool:

@@ -55,7 +55,7 @@ def write_traces(
 
 
 def tiny_recipe(overrides: list[str] | None = None) -> Any:
-    from spatialiq_train.recipes import load_recipe
+    from spatialiq_train.core.recipes import load_recipe
 
     return load_recipe(TINY_RECIPE, list(overrides or []))
 

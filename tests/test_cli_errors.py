@@ -18,7 +18,7 @@ import typer
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import _Commands, app
-from spatialiq_train.errors import (
+from spatialiq_train.core.errors import (
     EXIT_FAILURE,
     EXIT_USAGE,
     InputError,
@@ -110,9 +110,9 @@ def test_library_error_types_are_user_errors_with_the_right_code() -> None:
     from data_gen.config import GenerationError
     from data_gen.render.base import RenderError
     from eval.rawcsv import RawCsvError
-    from spatialiq_train.dataset import DatasetError, DatasetNotFoundError, GroundTruthError
-    from spatialiq_train.recipes import RecipeError
-    from spatialiq_train.traces import TraceError
+    from spatialiq_train.core.dataset import DatasetError, DatasetNotFoundError, GroundTruthError
+    from spatialiq_train.core.recipes import RecipeError
+    from spatialiq_train.core.traces import TraceError
 
     for cls in (RecipeError, TraceError, GroundTruthError, DatasetError, RawCsvError, InputError):
         assert issubclass(cls, UserError) and issubclass(cls, ValueError) and cls("m").exit_code == EXIT_USAGE, cls
@@ -161,7 +161,7 @@ def test_demo_refuses_a_directory_recipe_in_one_line(tmp_path: Path) -> None:
 
 
 def test_json_error_mid_file_shows_line_column_and_the_text_there(tmp_path: Path) -> None:
-    from spatialiq_train.io import read_json
+    from spatialiq_train.core.io import read_json
 
     rows = [{"view": f"v{i}", "count": i} for i in range(40)]
     text = json.dumps(rows, indent=1).replace('"count": 20', '"count": 20 21', 1)
@@ -176,7 +176,7 @@ def test_json_error_mid_file_shows_line_column_and_the_text_there(tmp_path: Path
 
 
 def test_json_snippet_is_a_window_on_a_long_line(tmp_path: Path) -> None:
-    from spatialiq_train.io import loads_json
+    from spatialiq_train.core.io import loads_json
 
     text = json.dumps({f"k{i}": i for i in range(200)}).replace('"k100": 100', '"k100": 100x', 1)
     with pytest.raises(InputError) as info:
@@ -187,7 +187,7 @@ def test_json_snippet_is_a_window_on_a_long_line(tmp_path: Path) -> None:
 
 
 def test_json_cut_short_says_so(tmp_path: Path) -> None:
-    from spatialiq_train.io import read_json
+    from spatialiq_train.core.io import read_json
 
     path = tmp_path / "gt.json"
     path.write_text('{\n  "task2": 3,\n  "task3": [1, 2')
@@ -197,7 +197,7 @@ def test_json_cut_short_says_so(tmp_path: Path) -> None:
 
 
 def test_invalid_utf8_json_names_the_file(tmp_path: Path) -> None:
-    from spatialiq_train.io import read_json
+    from spatialiq_train.core.io import read_json
 
     path = tmp_path / "scene.json"
     path.write_bytes(b'{"a": "\xff"}')

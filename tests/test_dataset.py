@@ -1,4 +1,4 @@
-"""The one dataset schema (spatialiq_train.dataset): fields, validation, the view record and both layouts."""
+"""The one dataset schema (spatialiq_train.core.dataset): fields, validation, the view record and both layouts."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from data_gen import writer
 from data_gen.config import GenConfig
 from data_gen.generate import run
 from data_gen.traces import build_traces, load_views
-from spatialiq_train import dataset, splits
 from spatialiq_train.cli import app
-from spatialiq_train.dataset import (
+from spatialiq_train.core import dataset, splits
+from spatialiq_train.core.dataset import (
     GT_FIELDS,
     GT_INT_FIELDS,
     REWARD_FIELDS,
@@ -26,8 +26,8 @@ from spatialiq_train.dataset import (
     iter_views,
     validate_gt,
 )
-from spatialiq_train.errors import UserError
-from spatialiq_train.views import LEAF_VIEWS
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.views import LEAF_VIEWS
 
 
 class PatternRenderer:
@@ -142,7 +142,7 @@ def test_rendered_parquet_carries_images(tmp_path: Path) -> None:
 def test_traces_of_a_parquet_only_dataset_carry_their_images(tmp_path: Path) -> None:
     import json
 
-    from spatialiq_train.traces import trace_to_example
+    from spatialiq_train.core.traces import trace_to_example
 
     out = tmp_path / "r"
     run(GenConfig(out=out, structures=1, seed=1, split="train", resolution=16, renderer="mitsuba"),

@@ -58,7 +58,7 @@ def test_parse_rejects_a_misspelled_option() -> None:
 
 def test_demo_training_overrides_are_valid_recipe_keys() -> None:
     from spatialiq_train.cli.demo import DEMO_TRAINING
-    from spatialiq_train.recipes import load_recipe
+    from spatialiq_train.core.recipes import load_recipe
 
     recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "tiny_cpu.yaml", list(DEMO_TRAINING))
     assert (recipe.sft.optimizer.max_steps, recipe.rl.optimizer.max_steps) == (120, 16)
@@ -83,7 +83,7 @@ def test_demo_stops_at_the_first_failing_step(tmp_path: Path, monkeypatch) -> No
 
 def test_demo_finds_its_recipe_from_any_directory(tmp_path: Path, monkeypatch) -> None:
     """The default recipe is a shipped name, resolved without the repository as working directory."""
-    from spatialiq_train.recipes import load_recipe
+    from spatialiq_train.core.recipes import load_recipe
 
     monkeypatch.chdir(tmp_path)
     assert load_recipe("tiny_cpu").model.min_pixels > 0

@@ -14,7 +14,7 @@ from eval.paper.common import group_models
 from eval.paper_tables import summary_rows
 from eval.rawcsv import ResponderTable, read_raw_dir, write_raw_csv
 from spatialiq_train.cli import app
-from spatialiq_train.errors import InputError
+from spatialiq_train.core.errors import InputError
 
 
 def _table(name: str) -> ResponderTable:

@@ -17,7 +17,7 @@ from eval.faithfulness import trace_audit
 from eval.hierarchy import composition, edge_integrity, referential_chain, summary_row, summation_2x2
 from eval.rawcsv import META_COLUMNS, ResponderTable
 from eval.stats import accuracy, benjamini_hochberg, mcnemar_exact, wilson_interval
-from spatialiq_train.parsing import trace_self_consistent
+from spatialiq_train.core.parsing import trace_self_consistent
 
 nan = math.nan
 
@@ -59,7 +59,7 @@ def test_abstaining_does_not_raise_acc_at_1() -> None:
 
 
 def test_validation_accuracy_counts_no_answer_as_wrong() -> None:
-    from spatialiq_train.metrics import (
+    from spatialiq_train.core.metrics import (
         EVAL_ANSWERED_EXACT_MATCH,
         EVAL_COVERAGE,
         EVAL_EXACT_MATCH,

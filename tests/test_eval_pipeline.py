@@ -18,9 +18,9 @@ from eval.sample import Request, SamplingConfig, plan_requests, run_sampling
 from eval.scenes import find_scenes
 from eval.score import collect_predictions, first_sample_table, score_predictions
 from spatialiq_train.cli import app
-from spatialiq_train.errors import EXIT_USAGE, UserError
-from spatialiq_train.tasks import fill_cot_template
-from spatialiq_train.views import LEAF_VIEWS
+from spatialiq_train.core.errors import EXIT_USAGE, UserError
+from spatialiq_train.core.tasks import fill_cot_template
+from spatialiq_train.core.views import LEAF_VIEWS
 
 
 def _gt(rng: np.random.Generator) -> dict[str, object]:
@@ -238,7 +238,7 @@ def test_independent_scoring_counts_missing_and_majority(dataset: Path, tmp_path
 
 
 def test_eval_self_consistency_is_the_parsers_predicate(dataset: Path, tmp_path: Path) -> None:
-    from spatialiq_train.parsing import parse_trace_official
+    from spatialiq_train.core.parsing import parse_trace_official
 
     records = load_completions(_sample(dataset, tmp_path, SamplingConfig(k=3)))
     keys = list(records)

@@ -61,7 +61,7 @@ def test_chunked_prefill_is_turned_off_on_the_cpu_backend_only() -> None:
 
 @pytest.mark.parametrize("key", ["eval.temperature", "generation.temperature"])
 def test_recipes_refuse_a_temperature_vllm_rejects(key: str) -> None:
-    from spatialiq_train.recipes import SHIPPED_RECIPES, RecipeError, load_recipe
+    from spatialiq_train.core.recipes import SHIPPED_RECIPES, RecipeError, load_recipe
 
     with pytest.raises(RecipeError, match=rf"{key}: Input should be less than or equal to 2 \(got 2.5\)"):
         load_recipe(SHIPPED_RECIPES / "tiny_cpu.yaml", [f"{key}=2.5"])

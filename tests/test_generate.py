@@ -14,11 +14,11 @@ from data_gen import executor, identity, plan, shards, structure, visibility, wr
 from data_gen.config import VIEWS_PER_STRUCTURE, GenConfig, GenerationError
 from data_gen.generate import run
 from data_gen.render.device import device_identity as probe_device  # the real probe (tests patch it)
-from spatialiq_train import splits
 from spatialiq_train.cli import app
-from spatialiq_train.dataset import iter_leaf_dirs, iter_scene_files, read_gt
-from spatialiq_train.io import sha256_file
-from spatialiq_train.views import LEAF_VIEWS, sample_relpath, view_relpath
+from spatialiq_train.core import splits
+from spatialiq_train.core.dataset import iter_leaf_dirs, iter_scene_files, read_gt
+from spatialiq_train.core.io import sha256_file
+from spatialiq_train.core.views import LEAF_VIEWS, sample_relpath, view_relpath
 
 RES = 48  # small images keep the ray casts fast; test_resolution_512 covers the benchmark size once
 GT_KEYS = ["object_type", "sample_idx", "view_idx", "offset", "fov", "dist", "task1", "task_main", "task2", "task3",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spatialiq_train.io import atomic_write_bytes, atomic_write_json, read_json, resolve_inside
+from spatialiq_train.core.io import atomic_write_bytes, atomic_write_json, read_json, resolve_inside
 
 
 def test_atomic_write_leaves_no_temp_file_and_uses_the_umask_mode(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_resolve_inside_rejects_escapes(tmp_path: Path) -> None:
 
 
 def test_check_model_source_accepts_folders_and_hub_ids_only(tmp_path: Path) -> None:
-    from spatialiq_train.io import check_model_source
+    from spatialiq_train.core.io import check_model_source
 
     assert check_model_source(tmp_path, "--model") == str(tmp_path)
     assert check_model_source("Qwen/Qwen2.5-VL-7B-Instruct", "--model") == "Qwen/Qwen2.5-VL-7B-Instruct"

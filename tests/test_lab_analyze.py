@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
-from spatialiq_train.tasks import fill_cot_template
-from spatialiq_train.views import LEAF_VIEWS, view_relpath
+from spatialiq_train.core.tasks import fill_cot_template
+from spatialiq_train.core.views import LEAF_VIEWS, view_relpath
 
 
 def _gt(main: int, visible: int, hidden: int) -> dict[str, object]:

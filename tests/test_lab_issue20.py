@@ -13,10 +13,10 @@ from test_lab_analyze import GTS, _views
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.tasks import fill_cot_template
 from spatialiq_train.lab.report import cell3
 from spatialiq_train.lab.scoring import parse_reward_item, parse_reward_list
-from spatialiq_train.tasks import fill_cot_template
 
 
 def _run(tmp_path: Path, texts: dict[tuple[str, int], str], rewards: str) -> tuple[Path, str]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from spatialiq_train.core.parsing import parse_trace
+from spatialiq_train.core.tasks import fill_cot_template
 from spatialiq_train.lab.probes import CONSTANT_ANSWER, PAD_CHARS, PROBES, faithful_trace, probe_texts
-from spatialiq_train.parsing import parse_trace
-from spatialiq_train.tasks import fill_cot_template
 
 GT = {"task1": "cubes", "task_main": 14, "task2": 2, "task3": 5, "task4": 3, "task5": 11, "task6": 1, "task7": 2,
       "task8": 2, "task9": 1, "num_hidden_blocks": 3}
@@ -70,8 +70,8 @@ def test_probe_texts_skip_views_without_the_trace_fields() -> None:
 def test_split_may_name_a_train_partition(tmp_path: Path) -> None:
     """``--split rl`` reads the train views whose structure falls in the RL partition, as the traces decide it."""
     from eval.scenes import find_scenes
-    from spatialiq_train.splits import part_of
-    from spatialiq_train.views import LEAF_VIEWS, sample_relpath, view_relpath
+    from spatialiq_train.core.splits import part_of
+    from spatialiq_train.core.views import LEAF_VIEWS, sample_relpath, view_relpath
 
     gt = {**GT, "total_blocks": 14, "object_type": "cube"}
     for s in range(1, 31):

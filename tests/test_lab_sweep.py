@@ -15,10 +15,10 @@ from _train_support import one_thread, write_traces
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.recipes import load_recipe
 from spatialiq_train.lab.sweep import EvalSettings, load_sweep, parse_vary, plan_sweep, variant_steps
 from spatialiq_train.lab.sweep_report import mcnemar_against_first
-from spatialiq_train.recipes import load_recipe
 
 WEIGHTS = "reward.weights=[{format: 0.1, integer_distance: 0.9}, {default: 1.0, stepwise: 0.5}]"
 
@@ -93,7 +93,7 @@ def test_mcnemar_against_the_first_variant_with_bh() -> None:
 def _eval_data(root: Path) -> Path:
     from PIL import Image
 
-    from spatialiq_train.views import LEAF_VIEWS, view_relpath
+    from spatialiq_train.core.views import LEAF_VIEWS, view_relpath
 
     gt = {"object_type": "cube", "task1": "cubes", "task_main": 3, "total_blocks": 3, "task2": 1, "task3": 2,
           "task4": 2, "task5": 3, "task6": 1, "task7": 1, "task8": 0, "task9": 1, "num_hidden_blocks": 0,
@@ -115,7 +115,7 @@ def test_two_variant_tiny_sweep_end_to_end(tmp_path: Path) -> None:
     traces = write_traces(root, "rl", 4, rng, answer=lambda i: 3)
     rows = [json.loads(line) for line in (traces / "rl.jsonl").read_text().splitlines()]
     fields = {"task2": 1, "task3": 2, "task4": 2, "task5": 3, "task6": 1, "task7": 1, "task8": 0, "task9": 1,
-              "num_hidden_blocks": 0}  # the columns stepwise reads (spatialiq_train.dataset.REWARD_FIELDS)
+              "num_hidden_blocks": 0}  # the columns stepwise reads (spatialiq_train.core.dataset.REWARD_FIELDS)
     (traces / "rl.jsonl").write_text("".join(json.dumps({**r, **fields}) + "\n" for r in rows))
     evald = _eval_data(tmp_path / "evaldata")
     sets = [f"data.traces_dir={traces}", f"data.data_root={root}", "sft.optimizer.max_steps=2",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spatialiq_train.dataset import (
+from spatialiq_train.core.dataset import (
     iter_leaf_dirs,
     iter_scene_files,
     read_gt,
@@ -16,8 +16,15 @@ from spatialiq_train.dataset import (
     shard_stem,
     split_of_path,
 )
-from spatialiq_train.io import atomic_write_json
-from spatialiq_train.views import LEAF_VIEWS, LeafView, parse_view_path, sample_dir_name, sample_relpath, view_relpath
+from spatialiq_train.core.io import atomic_write_json
+from spatialiq_train.core.views import (
+    LEAF_VIEWS,
+    LeafView,
+    parse_view_path,
+    sample_dir_name,
+    sample_relpath,
+    view_relpath,
+)
 
 
 def test_leaf_folder_names_follow_the_spec_g_format() -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from _train_support import REPO, tiny_model_dir, write_traces
 
-from spatialiq_train.metrics import read_metrics
+from spatialiq_train.core.metrics import read_metrics
 
 WORKER = REPO / "tests" / "_multiproc_worker.py"
 ACCELERATE_CONFIG = REPO / "recipes" / "accelerate" / "ddp_2cpu.yaml"

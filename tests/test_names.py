@@ -20,7 +20,7 @@ import typer
 from pydantic import BaseModel
 
 from spatialiq_train.cli import app
-from spatialiq_train.recipes import Recipe
+from spatialiq_train.core.recipes import Recipe
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "names.md"
 PACKAGES = ("spatialiq_train", "data_gen", "reward", "eval")

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
-from spatialiq_train.errors import describe_error
+from spatialiq_train.core.errors import describe_error
 from spatialiq_train.nemo import driver
 from spatialiq_train.nemo.runtime import nemo_available
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from spatialiq_train.core.recipes import SHIPPED_RECIPES, load_recipe
 from spatialiq_train.nemo import config as ncfg
 from spatialiq_train.nemo import keys as nkeys
 from spatialiq_train.nemo.env import TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.export import build
 from spatialiq_train.nemo.paper import PAPER_GRPO, deviations, get_path
 from spatialiq_train.nemo.recipe_values import values_from_recipe
-from spatialiq_train.recipes import SHIPPED_RECIPES, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -384,7 +384,7 @@ def test_cli_refuses_a_directory_as_out_and_leaves_nothing_behind(tmp_path):
 
 
 def test_unknown_reward_names_are_refused_before_a_config_is_built():
-    from spatialiq_train.errors import UserError
+    from spatialiq_train.core.errors import UserError
 
     with pytest.raises(UserError, match=r"recipe: tiny_cpu: reward\.weights\.nope: unknown reward 'nope'"):
         build("tiny_cpu", "rl", 1, 4, overrides=["reward.weights={nope: 1}"])

@@ -15,8 +15,8 @@ from test_slurm_scripts import SLURM, TRAINING, fake_slurm, plan, run  # noqa: F
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
+from spatialiq_train.core.recipes import SHIPPED_RECIPES
 from spatialiq_train.nemo import driver
-from spatialiq_train.recipes import SHIPPED_RECIPES
 
 RECIPES = sorted(p.stem for p in SHIPPED_RECIPES.glob("*.yaml") if p.stem.startswith(("dapo_", "sft_")))
 CASES = [(name, "rl") for name in RECIPES if name.startswith("dapo_")] + [(name, "sft") for name in RECIPES]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from _train_support import one_thread, tiny_model_dir
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 from spatialiq_train.nemo.convert import ConvertError, convert, find_step, locate_weights
 from spatialiq_train.nemo.runtime import nemo_available
 
@@ -41,7 +41,7 @@ def test_hf_safetensors_checkpoint_converts_and_loads_like_eval_sample(tmp_path:
     from transformers import AutoModelForImageTextToText
 
     from eval.engines import TransformersEngine
-    from spatialiq_train.processor import budget_of
+    from spatialiq_train.core.processor import budget_of
 
     one_thread()
     ckpt = tmp_path / "ckpt"
@@ -112,7 +112,7 @@ def test_a_converted_checkpoint_releases(tmp_path: Path) -> None:
 
 def test_convert_takes_the_recipe_the_run_saved(tmp_path: Path) -> None:
     """Without --recipe, the step's `spatialiq` section (recipe and overrides) decides the processor budget."""
-    from spatialiq_train.processor import budget_of, load_processor
+    from spatialiq_train.core.processor import budget_of, load_processor
 
     one_thread()
     step = _step(tmp_path / "ckpt", 5)

@@ -11,8 +11,8 @@ import pytest
 from _train_support import one_thread, tiny_model_dir, tiny_recipe, trace_row
 from PIL import Image
 
+from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.nemo.data import DatumError, datum_processor, load_rows
-from spatialiq_train.prompts import COT_SYSTEM_PROMPT
 
 VIEW = 512
 """A 512x512 view: 256 image tokens under the budget saved with the tiny processor (200,704 pixels, what NeMo-RL
@@ -49,7 +49,7 @@ def _trl_prompt(row: dict[str, Any], processor: Any) -> Any:
 @pytest.fixture(scope="module")
 def processors() -> tuple[Any, Any]:
     """(default-budget processor as NeMo-RL loads it, recipe-budget processor as the TRL path loads it)."""
-    from spatialiq_train.processor import load_processor
+    from spatialiq_train.core.processor import load_processor
 
     one_thread()
     recipe = tiny_recipe()
@@ -90,7 +90,7 @@ def test_rl_datum_matches_the_trl_prompt_token_for_token(tmp_path: Path, process
 
 
 def test_without_the_resize_the_saved_budget_would_spend_256_tokens(processors: tuple[Any, Any]) -> None:
-    from spatialiq_train.processor import image_token_count
+    from spatialiq_train.core.processor import image_token_count
 
     nemo_proc, _ = processors
     assert image_token_count(VIEW, VIEW, nemo_proc) == 256
@@ -141,7 +141,7 @@ def test_paths_escaping_the_root_are_refused(tmp_path: Path, processors: tuple[A
 
 
 def test_a_processor_that_resizes_again_is_refused(tmp_path: Path) -> None:
-    from spatialiq_train.processor import load_processor
+    from spatialiq_train.core.processor import load_processor
 
     rows = load_rows(_write(tmp_path, n=1), "rl", tmp_path, "rl")
     small = load_processor(tiny_model_dir(), 3136, 3136)  # 56x56 at most: it would shrink our 112x112 views

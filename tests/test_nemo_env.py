@@ -12,9 +12,9 @@ import pytest
 from _train_support import REPO, tiny_recipe
 
 from reward.trl import make_trl_reward_funcs
+from spatialiq_train.core.prompts import COT_TARGET_TEMPLATE
 from spatialiq_train.nemo import env as nemo_env
 from spatialiq_train.nemo.env import ExactMatchEnvironment, SpatialIQEnvironment
-from spatialiq_train.prompts import COT_TARGET_TEMPLATE
 
 GT = {"task1": "cube", "task2": 2, "task3": 4, "task4": 3, "task5": 9, "task6": 2, "task7": 3, "task8": 1,
       "task9": 1, "num_hidden_blocks": 2, "task_main": 11}

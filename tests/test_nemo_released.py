@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from spatialiq_train.core.recipes import load_recipe
 from spatialiq_train.nemo.config import grpo_config, sft_config
 from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.settings import DriverSettings
-from spatialiq_train.recipes import load_recipe
 
 ABSENT = "<absent>"
 _REF = re.compile(r"\$\{([a-z_.]+)\}")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spatialiq_train.parsing import (
+from spatialiq_train.core.parsing import (
     answer_tag_contents,
     last_integer,
     parse_integer_answer,
@@ -18,7 +18,7 @@ from spatialiq_train.parsing import (
     tag_integer,
     trace_self_consistent,
 )
-from spatialiq_train.tasks import fill_cot_template
+from spatialiq_train.core.tasks import fill_cot_template
 
 # The definitions as first written: a whole-text integer by regex, the last integer by a regex over the
 # reversed text, and a refusal of runs over 18 digits.
@@ -177,7 +177,7 @@ def test_parse_trace_equals_its_first_implementation(text: str) -> None:
 
 
 def test_cot_lines_are_read_from_the_window_only() -> None:
-    from spatialiq_train.parsing import COT_WINDOW
+    from spatialiq_train.core.parsing import COT_WINDOW
 
     lines = "2) The number of columns in the object structure is: 7.\nThe total is 1 + 2 = 3.\n"
     late = "x\n" * (COT_WINDOW // 2) + lines
@@ -191,7 +191,7 @@ def test_cot_lines_are_read_from_the_window_only() -> None:
 @settings(max_examples=300, deadline=None)
 @given(text=_COT_TEXT)
 def test_parse_cot_lines_agrees_with_parse_trace(text: str) -> None:
-    from spatialiq_train.parsing import parse_cot_lines
+    from spatialiq_train.core.parsing import parse_cot_lines
 
     full = parse_trace(text)
     assert parse_cot_lines(text) == (full.tasks, full.hidden, full.total_line)
@@ -199,7 +199,7 @@ def test_parse_cot_lines_agrees_with_parse_trace(text: str) -> None:
 
 # --- The official trained-checkpoint evaluator's rules (evaluate_text_ckpts.py, "cot" mode) ------------------------
 
-from spatialiq_train.parsing import (  # noqa: E402
+from spatialiq_train.core.parsing import (  # noqa: E402
     official_trace_values,
     parse_integer_answer_official,
     parse_trace_official,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spatialiq_train.processor import (
+from spatialiq_train.core.processor import (
     ProcessorError,
     apply_pixel_budget,
     budget_of,
@@ -100,7 +100,7 @@ def test_every_saved_processor_is_the_standard_qwen25_vl_one(tiny: Path, tmp_pat
     not torchvision (which the video processor needs in memory) is installed where they were written."""
     import json
 
-    from spatialiq_train.processor import save_processor
+    from spatialiq_train.core.processor import save_processor
 
     for folder in (tiny, save_processor(apply_pixel_budget(load_processor(tiny), 3136, 12_544), tmp_path / "p")):
         config = json.loads((folder / "processor_config.json").read_text())
@@ -121,12 +121,12 @@ def test_without_torchvision_the_loader_says_it_is_image_only_and_keeps_the_imag
 
     from PIL import Image
 
-    import spatialiq_train.processor as proc
+    import spatialiq_train.core.processor as proc
 
     if importlib.util.find_spec("torchvision") is not None:
         pytest.skip("torchvision is installed: the full processor loads (tests/engines/vllm checks it)")
     monkeypatch.setattr(proc, "_WARNED", [])
-    with caplog.at_level("WARNING", logger="spatialiq_train.processor"):
+    with caplog.at_level("WARNING", logger="spatialiq_train.core.processor"):
         processor = load_processor(tiny)
     assert "needs torchvision" in caplog.text and "image-only processor" in caplog.text
     text = "<|vision_start|><|image_pad|><|vision_end|>How many blocks?"

@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from spatialiq_train import prompts
-from spatialiq_train.tasks import build_prompt
+from spatialiq_train.core import prompts
+from spatialiq_train.core.tasks import build_prompt
 
 TYPE1_KEYS = (*(f"task{i}" for i in range(1, 12)), "main")
 

@@ -20,7 +20,7 @@ from data_gen.visibility import (
     visible_set,
     window_rays,
 )
-from spatialiq_train.views import LEAF_VIEWS, LeafView
+from spatialiq_train.core.views import LEAF_VIEWS, LeafView
 
 # ---------------------------------------------------------------- block ids
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from spatialiq_train.recipe_model import Recipe
-from spatialiq_train.recipes import (
+from spatialiq_train.core.recipe_model import Recipe
+from spatialiq_train.core.recipes import (
     RecipeError,
     apply_overrides,
     load_recipe,

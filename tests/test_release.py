@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from data_gen.dataset_card import card_text, features_yaml
 from spatialiq_train.cli import app
-from spatialiq_train.errors import EXIT_USAGE
+from spatialiq_train.core.errors import EXIT_USAGE
 from spatialiq_train.release.card import CardInputs, DataFacts, eval_rows, model_card, recipe_differences
 from spatialiq_train.release.checksums import verify_sums, write_sums
 from spatialiq_train.release.hub import push_folder
@@ -119,7 +119,7 @@ def _greedy(model_dir: Path, image_size: int = 64) -> str:
     from PIL import Image
     from transformers import AutoModelForImageTextToText
 
-    from spatialiq_train.processor import load_processor
+    from spatialiq_train.core.processor import load_processor
 
     processor = load_processor(model_dir)
     model = AutoModelForImageTextToText.from_pretrained(str(model_dir)).eval()
@@ -135,7 +135,7 @@ def _greedy(model_dir: Path, image_size: int = 64) -> str:
 @pytest.fixture()
 def tiny_run(tmp_path: Path) -> Path:
     pytest.importorskip("torch")
-    from spatialiq_train.recipes import SHIPPED_RECIPES, load_recipe, recipe_to_yaml
+    from spatialiq_train.core.recipes import SHIPPED_RECIPES, load_recipe, recipe_to_yaml
     from spatialiq_train.tiny import save_tiny
 
     run = tmp_path / "run"
@@ -197,7 +197,7 @@ def test_release_merges_a_lora_adapter(tmp_path: Path) -> None:
                 p.normal_(0, 0.5)  # a non-zero adapter, so merging changes the weights
     run = tmp_path / "run"
     peft_model.save_pretrained(str(run / "final"))
-    from spatialiq_train.processor import load_processor
+    from spatialiq_train.core.processor import load_processor
 
     load_processor(base).save_pretrained(str(run / "final"))
     (run / "final" / "config.json").write_text((base / "config.json").read_text())
@@ -249,7 +249,7 @@ def _poison(model_dir: Path) -> str:
 
 
 def test_release_and_eval_sample_refuse_non_finite_weights(tiny_run: Path, tmp_path: Path) -> None:
-    from spatialiq_train.weights import checkpoint_digest
+    from spatialiq_train.core.weights import checkpoint_digest
 
     before = checkpoint_digest(tiny_run / "final")
     name = _poison(tiny_run / "final")

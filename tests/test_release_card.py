@@ -13,7 +13,7 @@ import pytest
 from data_gen.trace_kind import record_kind
 from eval.decoding import decoding_metrics
 from eval.stats import wilson_interval
-from spatialiq_train.prompts import COT_SYSTEM_PROMPT
+from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.release.card import CardInputs, eval_rows, model_card, successes_of
 from spatialiq_train.release.release import make_public, run_phases, trace_kind
 

@@ -14,7 +14,7 @@ from data_gen.render import materials
 from data_gen.render.base import SceneSpec, get_renderer
 from data_gen.render.isaacsim_backend import IsaacSimRenderer, write_textures
 from data_gen.visibility import block_id
-from spatialiq_train.views import LEAF_VIEWS
+from spatialiq_train.core.views import LEAF_VIEWS
 
 HM = ((2, 0, 1), (1, 3, 0))
 HAS_ISAAC = importlib.util.find_spec("isaacsim") is not None

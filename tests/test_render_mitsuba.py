@@ -18,7 +18,7 @@ from data_gen.render.mitsuba_backend import (
     shape_block_ids,
 )
 from data_gen.visibility import block_id, cast, visible_set
-from spatialiq_train.views import LEAF_VIEWS
+from spatialiq_train.core.views import LEAF_VIEWS
 
 mi = pytest.importorskip("mitsuba", reason="the Mitsuba 3 renderer is not installed (pip install -e '.[render]')")
 pytestmark = pytest.mark.mitsuba

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import reward.functions as rf
-import spatialiq_train.parsing as parsing
+import spatialiq_train.core.parsing as parsing
 from reward import (
     Combination,
     combine,
@@ -26,7 +26,7 @@ from reward import (
 from reward.nemo import score_message_logs_components
 from reward.trl import make_trl_reward, make_trl_reward_funcs
 from spatialiq_train.cli import app
-from spatialiq_train.tasks import fill_cot_template
+from spatialiq_train.core.tasks import fill_cot_template
 
 EX4 = dict(task1="blocks", task2=4, task3=8, task4=2, task5=11, task6=3, task7=3, task8=1, task9=3,
            num_hidden_blocks=1, task_main=12)

@@ -15,7 +15,7 @@ from data_gen.generate import run
 from eval.completions import load_completions
 from eval.rawcsv import ResponderTable, write_raw_csv
 from spatialiq_train.cli import app
-from spatialiq_train.errors import InputError
+from spatialiq_train.core.errors import InputError
 
 REF_COLUMNS = ["view", "total_blocks", "num_hidden_blocks", "num_columns", "num_layers", "task9_gt"]
 

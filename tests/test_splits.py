@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 from data_gen.config import GenConfig
 from data_gen.generate import run
 from data_gen.split_check import Record, check_splits, find_leaks
-from spatialiq_train import splits
 from spatialiq_train.cli import app
-from spatialiq_train.errors import EXIT_USAGE
-from spatialiq_train.views import sample_relpath
+from spatialiq_train.core import splits
+from spatialiq_train.core.errors import EXIT_USAGE
+from spatialiq_train.core.views import sample_relpath
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +142,8 @@ def _trace_file(path: Path, ids: list[str]) -> None:
 
 
 def test_held_out_check_names_the_count_and_both_files(tmp_path: Path) -> None:
-    from spatialiq_train.errors import UserError
-    from spatialiq_train.splits import HeldOutError, check_held_out
+    from spatialiq_train.core.errors import UserError
+    from spatialiq_train.core.splits import HeldOutError, check_held_out
 
     _trace_file(tmp_path / "val.jsonl", ["a", "b", "c", "c"])
     _trace_file(tmp_path / "warmup.jsonl", ["d", "e"])

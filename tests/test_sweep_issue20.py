@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from eval.sample import SamplingConfig, run_sampling
 from eval.scenes import find_scenes
 from spatialiq_train.cli import app
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 from spatialiq_train.lab.sweep import EvalSettings, load_sweep, parse_vary, plan_sweep, variant_steps
 from spatialiq_train.lab.sweep_report import metric_cells
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from spatialiq_train import prompts
-from spatialiq_train.tasks import COT_LINE_TASKS, TASKS, build_prompt, fill_cot_template, get_task
+from spatialiq_train.core import prompts
+from spatialiq_train.core.tasks import COT_LINE_TASKS, TASKS, build_prompt, fill_cot_template, get_task
 
 EX4_GT = dict(task1="blocks", task2=4, task3=8, task4=2, task5=11, task6=3, task7=3, task8=1, task9=3,
               num_hidden_blocks=1, task_main=12)

@@ -11,11 +11,11 @@ from typer.testing import CliRunner
 from data_gen.traces import build_traces, load_views, plain_target, write_traces
 from reward import get_reward
 from spatialiq_train.cli import app
-from spatialiq_train.dataset import REWARD_FIELDS
-from spatialiq_train.io import natural_key
-from spatialiq_train.prompts import COT_SYSTEM_PROMPT
-from spatialiq_train.splits import part_of, partition_of
-from spatialiq_train.tasks import build_prompt
+from spatialiq_train.core.dataset import REWARD_FIELDS
+from spatialiq_train.core.io import natural_key
+from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT
+from spatialiq_train.core.splits import part_of, partition_of
+from spatialiq_train.core.tasks import build_prompt
 
 EX4_GT = dict(task1="blocks", task2=4, task3=8, task4=2, task5=11, task6=3, task7=3, task8=1, task9=3,
               num_hidden_blocks=1, task_main=12)
@@ -283,8 +283,8 @@ def test_write_traces_removes_stale_trace_files_of_an_earlier_run(tmp_path: Path
 
 def test_trace_discovery_uses_the_layout_names(tmp_path: Path) -> None:
     from data_gen import traces
-    from spatialiq_train import dataset
-    from spatialiq_train.dataset import GT_FILE, IMAGE_FILE, find_gt_files
+    from spatialiq_train.core import dataset
+    from spatialiq_train.core.dataset import GT_FILE, IMAGE_FILE, find_gt_files
 
     assert traces.iter_views is dataset.iter_views and find_gt_files is dataset.find_gt_files
     data = make_dataset(tmp_path / "d", n_train=2, n_bench=0)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from _train_support import trace_row, write_traces
 
-from spatialiq_train.metrics import read_metrics
-from spatialiq_train.traces import TraceError, read_traces, trace_to_example
+from spatialiq_train.core.metrics import read_metrics
+from spatialiq_train.core.traces import TraceError, read_traces, trace_to_example
 from spatialiq_train.train.data import load_split
 from spatialiq_train.train.logging import namespaced
 
@@ -102,7 +102,7 @@ def test_rl_images_reach_trainer_and_vllm_at_one_token_count(tmp_path: Path) -> 
     count 256 and 324 image tokens on the raw image; on the pre-resized image both count 256."""
     from PIL import Image
 
-    from spatialiq_train.processor import tokens_for
+    from spatialiq_train.core.processor import tokens_for
     from spatialiq_train.train.data import with_pixel_budget
 
     traces = write_traces(tmp_path, "rl", 2, np.random.default_rng(0), answer=lambda i: i)

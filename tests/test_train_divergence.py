@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
 
-from spatialiq_train.errors import EXIT_FAILURE
+from spatialiq_train.core.errors import EXIT_FAILURE
 from spatialiq_train.train.divergence import DivergenceError, non_finite_metric, non_finite_parameter
 
 one_thread()

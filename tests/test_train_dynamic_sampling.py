@@ -184,7 +184,7 @@ def test_trainer_fills_with_masked_groups_after_the_cap(ds_env, tmp_path: Path) 
 
 
 def test_training_step_logs_dynamic_sampling_counts(ds_env, tmp_path: Path) -> None:  # noqa: ANN001
-    from spatialiq_train.metrics import read_metrics
+    from spatialiq_train.core.metrics import read_metrics
 
     _, _, odd, _, _ = ds_env
     trainer = _trainer(ds_env, odd, tmp_path / "c")

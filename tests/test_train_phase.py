@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
 
-from spatialiq_train.recipe_model import OPTIMIZER_KEYS
-from spatialiq_train.recipes import RecipeError, recipe_from_dict
+from spatialiq_train.core.recipe_model import OPTIMIZER_KEYS
+from spatialiq_train.core.recipes import RecipeError, recipe_from_dict
 from spatialiq_train.train.phase import NOT_TRL_ARGS, warmup_factor
 
 one_thread()
@@ -87,7 +87,7 @@ def test_warm_start_schedule_starts_at_the_factor(tmp_path: Path) -> None:
 def test_every_vllm_key_maps_onto_a_grpo_config_field() -> None:
     from trl import GRPOConfig
 
-    from spatialiq_train.recipe_model import VLLM_TO_GRPO, VllmSection
+    from spatialiq_train.core.recipe_model import VLLM_TO_GRPO, VllmSection
 
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     assert set(VLLM_TO_GRPO) == set(VllmSection.model_fields) - {"enabled"}  # every key but the switch is mapped
@@ -115,7 +115,7 @@ def test_vllm_section_reaches_grpo_config_when_usable(tmp_path: Path, monkeypatc
 
 @pytest.mark.slow
 def test_both_phases_validate_on_the_eval_split(tmp_path: Path) -> None:
-    from spatialiq_train.metrics import read_metrics
+    from spatialiq_train.core.metrics import read_metrics
     from spatialiq_train.train.rl import run_rl
     from spatialiq_train.train.sft import run_sft
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from _train_support import one_thread, tiny_recipe, write_traces
 
-from spatialiq_train.recipes import RecipeError
+from spatialiq_train.core.recipes import RecipeError
 from spatialiq_train.train.preflight import PreflightError, check_rewards_on_row
 from spatialiq_train.train.rl import RewardSetup
 
@@ -42,7 +42,7 @@ def test_a_reward_failing_on_a_sample_row_stops_the_run_before_sft(tmp_path: Pat
 
 
 def test_a_missing_rl_split_stops_the_run_before_sft(tmp_path: Path, traces: Path) -> None:
-    from spatialiq_train.traces import TraceError
+    from spatialiq_train.core.traces import TraceError
     from spatialiq_train.train.run import run_dapo_tight
 
     (traces / "rl.jsonl").unlink()
@@ -94,7 +94,7 @@ def _leaky_val(traces: Path, shared_from: str, shared: int, own: int) -> None:
 
 
 def test_validation_sharing_structures_with_training_stops_the_run_before_sft(tmp_path: Path, traces: Path) -> None:
-    from spatialiq_train.splits import HeldOutError
+    from spatialiq_train.core.splits import HeldOutError
     from spatialiq_train.train.run import run_dapo_tight
 
     _leaky_val(traces, "rl", shared=2, own=1)
@@ -105,7 +105,7 @@ def test_validation_sharing_structures_with_training_stops_the_run_before_sft(tm
 
 
 def test_standalone_phase_refuses_validation_sharing_its_split(tmp_path: Path, traces: Path) -> None:
-    from spatialiq_train.splits import HeldOutError
+    from spatialiq_train.core.splits import HeldOutError
     from spatialiq_train.train.phase import phase_datasets
 
     _leaky_val(traces, "warmup", shared=1, own=2)

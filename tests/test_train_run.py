@@ -11,7 +11,7 @@ import pytest
 from _train_support import TINY_RECIPE, one_thread, tiny_recipe, write_traces
 from typer.testing import CliRunner
 
-from spatialiq_train.metrics import read_metrics
+from spatialiq_train.core.metrics import read_metrics
 
 one_thread()
 
@@ -70,7 +70,7 @@ def test_dapo_tight_run_resumes_after_interruption(tmp_path: Path) -> None:
 
     from transformers import AutoModelForImageTextToText
 
-    from spatialiq_train.processor import load_processor
+    from spatialiq_train.core.processor import load_processor
 
     final = out / "final"
     assert (final / "model.safetensors").is_file() and not list(final.glob("*.bin"))
@@ -122,7 +122,7 @@ def test_a_finished_sft_run_is_complete_and_a_rerun_changes_nothing(tmp_path: Pa
 
 
 def test_run_refuses_a_different_recipe_in_the_same_folder(tmp_path: Path) -> None:
-    from spatialiq_train.recipes import RecipeError
+    from spatialiq_train.core.recipes import RecipeError
     from spatialiq_train.train.run import _write_run_recipe
 
     _write_run_recipe(tiny_recipe(), tmp_path)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
 
-from spatialiq_train.metrics import read_metrics
+from spatialiq_train.core.metrics import read_metrics
 
 one_thread()
 

@@ -24,8 +24,8 @@ from data_gen.truth import (
     view_truth,
 )
 from data_gen.visibility import cast, support_closure, visible_set
-from spatialiq_train.dataset import GroundTruthError
-from spatialiq_train.views import LEAF_VIEWS, LeafView
+from spatialiq_train.core.dataset import GroundTruthError
+from spatialiq_train.core.views import LEAF_VIEWS, LeafView
 
 GT_KEYS = [
     "object_type", "view_idx", "offset", "fov", "dist", "task1", "task_main", "task2", "task3", "task4",

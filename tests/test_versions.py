@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from spatialiq_train.errors import UserError
-from spatialiq_train.versions import SUPPORTED, UnsupportedVersion, check_versions, in_range
+import spatialiq_train
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.versions import PROJECT_VERSION, SUPPORTED, UnsupportedVersion, check_versions, in_range
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_project_version_is_the_one_in_pyproject() -> None:
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"] == PROJECT_VERSION
+    assert spatialiq_train.__version__ == PROJECT_VERSION
 
 
 def test_pyproject_pins_match_the_runtime_ranges() -> None:
@@ -28,7 +34,7 @@ def test_in_range(version: str, ok: bool) -> None:
 
 
 def test_unsupported_version_names_package_and_range(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("spatialiq_train.versions.installed", lambda p: {"trl": "0.24.0"}.get(p))
+    monkeypatch.setattr("spatialiq_train.core.versions.installed", lambda p: {"trl": "0.24.0"}.get(p))
     monkeypatch.delenv("SPATIALIQ_ALLOW_UNTESTED_VERSIONS", raising=False)
     with pytest.raises(UnsupportedVersion, match=r"trl 0\.24\.0 is installed.*>= 1\.16, < 1\.17") as info:
         check_versions("trl", "vllm")
@@ -63,7 +69,7 @@ def test_a_training_phase_checks_versions_before_loading_anything(phase: str, mo
 
     from spatialiq_train.train.phase import build_phase_trainer
 
-    monkeypatch.setattr("spatialiq_train.versions.installed", lambda p: {"transformers": "4.57.1"}.get(p))
+    monkeypatch.setattr("spatialiq_train.core.versions.installed", lambda p: {"transformers": "4.57.1"}.get(p))
     monkeypatch.delenv("SPATIALIQ_ALLOW_UNTESTED_VERSIONS", raising=False)
     with pytest.raises(UnsupportedVersion, match=r"transformers 4\.57\.1 is installed"):
         build_phase_trainer(SimpleNamespace(name=phase), None, str(tmp_path / "no-model"), None, tmp_path)  # type: ignore[arg-type]

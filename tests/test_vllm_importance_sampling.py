@@ -11,7 +11,7 @@ import pytest
 import yaml
 from _train_support import REPO, tiny_recipe
 
-from spatialiq_train.recipes import RecipeError
+from spatialiq_train.core.recipes import RecipeError
 
 IS_KEYS = ("importance_sampling_correction", "importance_sampling_mode", "importance_sampling_clip_max",
            "importance_sampling_clip_min")

@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from data_gen.camera import Camera
-from spatialiq_train.errors import JobFailure
+from spatialiq_train.core.errors import JobFailure
 
 OBJECT_TYPES: tuple[str, ...] = ("cube", "can")
 """``cube`` is what training uses; ``can`` (a cylinder) tests generalisation to unseen objects."""

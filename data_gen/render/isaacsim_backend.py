@@ -24,7 +24,7 @@ import numpy as np
 from data_gen.render import isaac_stage as st
 from data_gen.render import materials
 from data_gen.render.base import RenderError, RenderResult, SceneSpec
-from spatialiq_train.io import atomic_write_bytes
+from spatialiq_train.core.io import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

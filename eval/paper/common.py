@@ -19,7 +19,7 @@ import numpy as np
 
 from eval.groups import in_group, require_groups
 from eval.rawcsv import PANDAS_NA_STRINGS, ResponderTable
-from spatialiq_train.tasks import TASKS
+from spatialiq_train.core.tasks import TASKS
 
 GROUPS: tuple[str, ...] = ("text", "trained_text")
 TASK_COLUMNS: tuple[str, ...] = tuple(t.csv_column for t in TASKS.values())
@@ -41,7 +41,7 @@ QUERY_TEXT: dict[str, str] = {
     "task10": "Which objects are visible in the adjacent view but not the reference view?",
     "task11": "Which objects are visible in the opposite view but not the reference view?",
 }
-"""Table 5: the paper's short query text per task (the prompts themselves are in spatialiq_train.prompts)."""
+"""Table 5: the paper's short query text per task (the prompts themselves are in spatialiq_train.core.prompts)."""
 _PLAIN_CAPITALISED = ("claude", "qwen", "gemini", "kimi")
 _CQ_FAMILIES = {"qwen": "Qwen", "claude": "Claude", "gemini": "Gemini"}
 _SPECIAL_NAMES = {"human": "Human", "vla-0": "VLA-0", "qwen-image-edit": "Qwen Image Edit",

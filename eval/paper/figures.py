@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.paper.common import display_name
-from spatialiq_train.io import atomic_write_bytes
+from spatialiq_train.core.io import atomic_write_bytes
 
 Row = dict[str, object]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from eval.paper.common import Group, full_precision, make_group
 from eval.paper.registry import TABLES, Row, TableSpec
 from eval.rawcsv import ResponderTable
-from spatialiq_train.io import atomic_write_text, csv_text
+from spatialiq_train.core.io import atomic_write_text, csv_text
 
 
 def build_tables(tables: dict[str, ResponderTable], names: list[str] | None = None,

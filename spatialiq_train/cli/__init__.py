@@ -21,13 +21,13 @@ from spatialiq_train.cli import reward as reward_cli
 from spatialiq_train.cli import sweep as sweep_cli
 from spatialiq_train.cli import traces as traces_cli
 from spatialiq_train.cli import train as train_cli
-from spatialiq_train.errors import describe_error
+from spatialiq_train.core.errors import describe_error
 
 
 class _Commands(TyperGroup):
     """Renders bad input and failed jobs from any command as one ``error: ...`` line with its exit code.
 
-    What is rendered and with which code is decided by :func:`spatialiq_train.errors.describe_error`
+    What is rendered and with which code is decided by :func:`spatialiq_train.core.errors.describe_error`
     (UserError and subclasses, OSError as a sentence, other ValueError/KeyError); under ``--verbose``
     the exception propagates with its traceback. Anything else (a bug) always keeps its traceback.
     """

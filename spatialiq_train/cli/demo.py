@@ -76,7 +76,7 @@ def demo(
     from spatialiq_train.cli import VERBOSE_KEY
     from spatialiq_train.cli.steps import run_step
     from spatialiq_train.cli.train import load_checked
-    from spatialiq_train.errors import UserError
+    from spatialiq_train.core.errors import UserError
 
     if renderer == "none":
         raise UserError("--renderer none has no images to train on; use mitsuba")

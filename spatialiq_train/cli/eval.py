@@ -74,8 +74,8 @@ def sample(
     from eval.sample import PARTNER_STEP, SamplingConfig, run_sampling
     from eval.scenes import find_scenes
     from spatialiq_train.cli.options import option_errors
-    from spatialiq_train.errors import UserError
-    from spatialiq_train.io import check_model_source
+    from spatialiq_train.core.errors import UserError
+    from spatialiq_train.core.io import check_model_source
 
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1 (sample the first N scenes), got {limit}; leave it out for all")
@@ -107,7 +107,7 @@ def _check_model_and_out(model: str, config: object, out: Path) -> None:
     (recorded beside it when new: `eval.provenance`)."""
     from eval.completions import load_completions
     from eval.provenance import check_or_record, sampling_record
-    from spatialiq_train.weights import check_finite_weights
+    from spatialiq_train.core.weights import check_finite_weights
 
     if Path(model).is_dir():
         check_finite_weights(model, "--model")
@@ -129,7 +129,7 @@ def _score_line(metrics: dict) -> str:
 def _check_score_options(mode: str | None, parse: str, k: int | None, min_coverage: float, name: str,
                          limit: int | None = None) -> None:
     """The option mistakes `eval score` can see before reading any file, as a UserError naming the option."""
-    from spatialiq_train.errors import UserError
+    from spatialiq_train.core.errors import UserError
 
     if mode not in (None, "from-trace", "independent"):
         raise UserError(f"--mode must be from-trace or independent, got {mode!r}")
@@ -160,7 +160,7 @@ def score(
     convention: str | None = typer.Option(None, "--convention", help="Conditional convention of the summary columns "
                                           "(default: the --group's, as the published tables; both are also reported)."),
     parse: str = typer.Option("official", "--parse", help="official (as the released evaluators read answers) or "
-                              "strict (spatialiq_train.parsing.parse_trace); recorded in the metrics file."),
+                              "strict (spatialiq_train.core.parsing.parse_trace); recorded in the metrics file."),
     min_coverage: float = typer.Option(0.9, "--min-coverage", help="Fail when fewer than this share of the scenes "
                                        "have a completion (lower it to score a subset on purpose)."),
     note: str | None = typer.Option(None, "--note", help="A caveat stored in the metrics file and shown at the top "
@@ -181,7 +181,7 @@ def score(
     from eval.hierarchy import check_convention
     from eval.paper.accuracy import convention_for
     from eval.scenes import find_scenes
-    from spatialiq_train.errors import UserError
+    from spatialiq_train.core.errors import UserError
 
     check_group(group, "--group")
     conv = check_convention(convention, "--convention") if convention else convention_for(group)
@@ -208,7 +208,7 @@ def _write_scored(out: Path, name: str, metrics: dict, table: object, group: str
     from eval import score as scoring
     from eval.groups import record_group
     from eval.rawcsv import write_raw_csv
-    from spatialiq_train.io import atomic_write_json
+    from spatialiq_train.core.io import atomic_write_json
 
     if note:
         metrics["note"] = note
@@ -225,7 +225,7 @@ def _score_raw(raw: list[Path], out: Path, name: str | None, conv: str, group: s
     """`eval score --raw`: every responder of the predictions files, scored from its recorded predictions."""
     from eval import score as scoring
     from eval.rawcsv import read_prediction_files
-    from spatialiq_train.errors import UserError
+    from spatialiq_train.core.errors import UserError
 
     if sampled is not None:
         raise UserError(f"--raw reads predictions files; {sampled} (--completions/--data) belongs to the other input: "

@@ -35,7 +35,7 @@ def gen(
     from data_gen.config import GenConfig
     from data_gen.generate import run
     from spatialiq_train.cli.options import option_errors
-    from spatialiq_train.errors import UserError
+    from spatialiq_train.core.errors import UserError
 
     if verify:
         _verify(out)
@@ -64,7 +64,7 @@ def gen(
 def _verify(out: Path) -> None:
     """``gen --verify``: one line per mismatch (file, expected, found), a summary, exit 1 when any."""
     from data_gen.verify import verify
-    from spatialiq_train.errors import EXIT_FAILURE, UserError
+    from spatialiq_train.core.errors import EXIT_FAILURE, UserError
 
     report = verify(out)
     for mismatch in report.mismatches:
@@ -92,7 +92,7 @@ def check_splits(dirs: list[Path] = typer.Argument(..., help="Generated dataset 
     """Exit non-zero if any structure leaks across train/benchmark, train/val or warmup/rl, or if a scene.json
     records a structure_id that is not the id of its height_map."""
     from data_gen.split_check import check_splits as run_check
-    from spatialiq_train.errors import EXIT_FAILURE, UserError
+    from spatialiq_train.core.errors import EXIT_FAILURE, UserError
 
     report = run_check(dirs)
     typer.echo(report.summary())
@@ -118,7 +118,7 @@ def fidelity(
 ) -> None:
     """Compare generated per-view distributions with the released evaluation set."""
     from data_gen.fidelity import compare, default_reference, format_report, load_generated, load_reference
-    from spatialiq_train.errors import UserError
+    from spatialiq_train.core.errors import UserError
 
     if reference is None:
         reference = default_reference()

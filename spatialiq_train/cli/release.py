@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 
 
 def release(

@@ -8,13 +8,13 @@ from typing import Any
 
 import typer
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 
 reward_app = typer.Typer(help="Score completions with the reward library; list reward names.", no_args_is_help=True)
 
 
 def _parse_spec(text: str) -> Any:
-    from spatialiq_train.io import loads_json
+    from spatialiq_train.core.io import loads_json
 
     if text.lstrip().startswith("{"):
         return loads_json(text, "--reward (a JSON weight mapping)", one_line=True)
@@ -36,7 +36,7 @@ def score(
 ) -> None:
     """Print each component of the reward and, as the last line, the total alone."""
     from reward import components_of, error_counts, reset_errors, resolve_reward
-    from spatialiq_train.io import read_json
+    from spatialiq_train.core.io import read_json
 
     text = sys.stdin.read() if completion == "-" else completion
     columns: dict[str, list[Any]] = {}

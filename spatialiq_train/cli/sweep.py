@@ -60,7 +60,7 @@ def run(
     """Train, sample and score every variant in turn on this machine; finished variants are skipped, an
     interrupted one resumes (each step resumes)."""
     from spatialiq_train.cli.steps import run_step
-    from spatialiq_train.errors import UserError
+    from spatialiq_train.core.errors import UserError
     from spatialiq_train.lab.sweep import check_eval_inputs, load_sweep, mark_done, variant_steps
 
     sweep = load_sweep(sweep_dir)

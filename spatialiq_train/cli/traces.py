@@ -33,8 +33,8 @@ def traces(
 ) -> None:
     """Write chat-format trace JSONL files, partitioned by structure."""
     from data_gen.traces import ImageExtractor, build_traces, check_options, load_views, write_traces
-    from spatialiq_train.errors import UserError
-    from spatialiq_train.tasks import DIALECTS
+    from spatialiq_train.core.errors import UserError
+    from spatialiq_train.core.tasks import DIALECTS
 
     if dialect not in DIALECTS:
         raise UserError(f"--dialect: unknown dialect {dialect!r}; valid: {', '.join(DIALECTS)}")
@@ -61,7 +61,7 @@ def traces(
 def _check_out_kind(out: Path, kind: str) -> None:
     """Refuse to write ``kind`` traces over a folder that holds traces of the other kind."""
     from data_gen.trace_kind import folder_kind
-    from spatialiq_train.errors import UserError
+    from spatialiq_train.core.errors import UserError
 
     found = folder_kind(out)
     if found is not None and found[0] != kind:
@@ -73,7 +73,7 @@ def _check_out_kind(out: Path, kind: str) -> None:
 def _check_recorded_gt(data: Path) -> None:
     """Refuse ground truth that differs from the sha256 `spatialiq gen` recorded for it."""
     from data_gen.verify import recorded_gt_mismatches
-    from spatialiq_train.errors import UserError
+    from spatialiq_train.core.errors import UserError
 
     bad = recorded_gt_mismatches(data)
     if bad:

@@ -22,7 +22,7 @@ def load_checked(recipe: Path, overrides: list[str] | None = None, import_reward
     """Load a recipe and check what the core cannot: every reward name it uses exists in reward.registry (a dotted
     `pkg.module:function` path is imported only with `import_rewards`; training always imports it)."""
     from reward.registry import check_reward_names
-    from spatialiq_train.recipes import load_recipe
+    from spatialiq_train.core.recipes import load_recipe
 
     rec = load_recipe(recipe, list(overrides or []))
     check_reward_names(rec.reward.weights, str(recipe), import_modules=import_rewards)
@@ -73,8 +73,8 @@ def validate_cmd(
                                              "check them; importing runs their code."),
 ) -> None:
     """Validate recipes; exits non-zero when any is invalid."""
-    from spatialiq_train.errors import UserError
-    from spatialiq_train.recipes import RecipeError
+    from spatialiq_train.core.errors import UserError
+    from spatialiq_train.core.recipes import RecipeError
 
     bad = []
     for f in files:
@@ -90,7 +90,7 @@ def validate_cmd(
 
 def show_cmd(recipe: Path = typer.Argument(..., help="Recipe YAML."), overrides: list[str] | None = OVERRIDES) -> None:
     """Print the fully resolved recipe (defaults filled in, overrides applied)."""
-    from spatialiq_train.recipes import recipe_to_yaml
+    from spatialiq_train.core.recipes import recipe_to_yaml
 
     typer.echo(recipe_to_yaml(load_checked(recipe, overrides)), nl=False)
 

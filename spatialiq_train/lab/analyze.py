@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from reward.registry import RewardFn
-from spatialiq_train.io import atomic_write_text, csv_text
+from spatialiq_train.core.io import atomic_write_text, csv_text
 from spatialiq_train.lab import stats
 from spatialiq_train.lab.probes import PROBES, probe_texts
 from spatialiq_train.lab.scoring import column_names, gt_columns, score_all, score_batch

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from spatialiq_train.prompts import COT_TARGET_TEMPLATE
+from spatialiq_train.core.prompts import COT_TARGET_TEMPLATE
 
 CONSTANT_ANSWER = 11
 """The constant probe's answer: the most likely total of the generator's count distribution (data_gen.structure)."""

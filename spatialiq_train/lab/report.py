@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from eval.report import figure_png
-from spatialiq_train.io import atomic_write_bytes, atomic_write_text, markdown_table
+from spatialiq_train.core.io import atomic_write_bytes, atomic_write_text, markdown_table
 from spatialiq_train.lab.probes import PROBES
 
 if TYPE_CHECKING:

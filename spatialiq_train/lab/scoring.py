@@ -15,8 +15,8 @@ import numpy as np
 
 from reward.errors import error_counts, reset_errors
 from reward.registry import Combination, RewardFn, components_of, get_reward
-from spatialiq_train.dataset import GT_INT_FIELDS
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.dataset import GT_INT_FIELDS
+from spatialiq_train.core.errors import UserError
 
 COLUMN_FIELDS: tuple[str, ...] = GT_INT_FIELDS
 """Ground-truth fields passed to every reward as columns (besides ``answer``)."""

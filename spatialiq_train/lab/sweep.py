@@ -3,7 +3,7 @@
 A sweep folder holds::
 
     SWEEP/sweep.yaml                 the index (yaml.safe_dump; read with yaml.safe_load only)
-    SWEEP/variants/<name>.yaml       one resolved recipe per variant (validated by spatialiq_train.recipes)
+    SWEEP/variants/<name>.yaml       one resolved recipe per variant (validated by spatialiq_train.core.recipes)
     SWEEP/runs/<name>/               the variant's `run dapo-tight` folder (sft/, rl/, final/, recipe.yaml)
     SWEEP/runs/<name>/eval/          its sampled completions, metrics_<name>.json and eval_raw_<name>_text.csv
     SWEEP/runs/<name>/done.json      written when every step finished: a rerun skips the variant
@@ -31,10 +31,10 @@ from typing import Any
 
 import yaml
 
-from spatialiq_train.errors import UserError
-from spatialiq_train.io import atomic_write_json, atomic_write_text
-from spatialiq_train.recipe_model import Recipe
-from spatialiq_train.recipes import load_recipe, recipe_from_dict, recipe_to_yaml, set_key
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.io import atomic_write_json, atomic_write_text
+from spatialiq_train.core.recipe_model import Recipe
+from spatialiq_train.core.recipes import load_recipe, recipe_from_dict, recipe_to_yaml, set_key
 
 SWEEP_FILE = "sweep.yaml"
 DONE_FILE = "done.json"

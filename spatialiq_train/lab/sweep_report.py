@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from eval.hierarchy import SUMMARY_COLUMNS
-from spatialiq_train.io import atomic_write_bytes, atomic_write_text, csv_text, markdown_table, read_json
+from spatialiq_train.core.io import atomic_write_bytes, atomic_write_text, csv_text, markdown_table, read_json
 from spatialiq_train.lab.analyze import fmt
 from spatialiq_train.lab.report import cell3
 from spatialiq_train.lab.sweep import Sweep, Variant
@@ -95,7 +95,7 @@ def curve(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[list[float
 def collect(sweep: Sweep) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """The table rows and each variant's RL metrics rows."""
     from eval.rawcsv import read_raw_csv
-    from spatialiq_train.metrics import read_metrics
+    from spatialiq_train.core.metrics import read_metrics
 
     rows, correct, logs = [], {}, {}
     for v in sweep.variants:

@@ -25,9 +25,9 @@ import numpy as np
 from eval.completions import Completion, Key
 from eval.rawcsv import META_COLUMNS, ResponderTable
 from eval.score import TRACE_TASKS
-from spatialiq_train.dataset import View
-from spatialiq_train.errors import UserError
-from spatialiq_train.parsing import ParsedTrace, ParseRule, trace_parser
+from spatialiq_train.core.dataset import View
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.parsing import ParsedTrace, ParseRule, trace_parser
 
 log = logging.getLogger(__name__)
 

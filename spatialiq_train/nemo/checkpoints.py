@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from spatialiq_train.errors import UserError
-from spatialiq_train.io import read_text
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.io import read_text
 
 _STEP_DIR = re.compile(r"step_(\d+)")
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spatialiq_train.errors import UserError
-from spatialiq_train.metrics import ACCURACY_REWARD
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.metrics import ACCURACY_REWARD
 from spatialiq_train.nemo.env import TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.recipe_values import NemoValues, PhaseValues
 from spatialiq_train.nemo.settings import SECTION, DataPlan, Phase

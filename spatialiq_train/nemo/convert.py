@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 from spatialiq_train.nemo.checkpoints import latest_step, read_step_config
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def verify_weights(src: Path, dst: Path) -> int:
     index naming exactly the tensors the files hold."""
     from safetensors import safe_open
 
-    from spatialiq_train.io import sha256_file
+    from spatialiq_train.core.io import sha256_file
 
     index = json.loads((dst / "model.safetensors.index.json").read_text(encoding="utf-8"))
     weight_map: dict[str, str] = index["weight_map"]
@@ -180,11 +180,11 @@ def convert(checkpoint: str | Path, out: str | Path, recipe: str | Path | None =
     ``recipe`` defaults to the one the run was generated from (the step's saved ``spatialiq`` section, with its
     overrides); a given ``recipe`` is taken as it is.
     """
+    from spatialiq_train.core.io import atomic_write_text
+    from spatialiq_train.core.processor import budget_of
+    from spatialiq_train.core.recipes import recipe_to_yaml
     from spatialiq_train.hf_export import write_processor
-    from spatialiq_train.io import atomic_write_text
     from spatialiq_train.nemo.settings import load_recipe_checked
-    from spatialiq_train.processor import budget_of
-    from spatialiq_train.recipes import recipe_to_yaml
 
     out = Path(out)
     if out.exists():

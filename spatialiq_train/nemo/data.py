@@ -6,10 +6,10 @@ turn holding the images, the processor's multimodal tensors), ``length``, ``extr
 environment gets as metadata), ``loss_multiplier``, ``idx``, ``task_name`` and, for rollouts, ``vllm_content``
 (the prompt string) and ``vllm_images``. :class:`DatumProcessor` is that callable for our rows.
 
-The chat is the TRL path's, turn for turn (:func:`spatialiq_train.traces.trace_to_example`, then the image
+The chat is the TRL path's, turn for turn (:func:`spatialiq_train.core.traces.trace_to_example`, then the image
 items placed before the first user text as TRL's ``prepare_multimodal_messages`` does). NeMo-RL loads its
 processor with the model's default pixel budget and vLLM runs its own image processing, so every image is resized
-here with :func:`spatialiq_train.processor.resize_to_budget` to the recipe's budget: both sides then see a size
+here with :func:`spatialiq_train.core.processor.resize_to_budget` to the recipe's budget: both sides then see a size
 their processors keep, and the image-token count is the one the TRL path gets (checked per datum).
 
 Everything stays a plain dict of CPU tensors. Inside NeMo-RL the multimodal tensors are wrapped in its
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.errors import UserError
-from spatialiq_train.traces import Mode, TraceError, load_examples
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.traces import Mode, TraceError, load_examples
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def load_rows(traces_dir: str | Path, split: str, data_root: str | Path, mode: M
               limit: int | None = None) -> list[dict[str, Any]]:
     """``<traces_dir>/<split>.jsonl`` as dataset rows: the TRL example (absolute image paths) plus ``task_name``.
 
-    Rows are checked here, at startup (``spatialiq_train.traces.load_examples``, the reader the TRL path uses): a
+    Rows are checked here, at startup (``spatialiq_train.core.traces.load_examples``, the reader the TRL path uses): a
     bad row, or an image path escaping ``data_root``, raises naming the file and line. RL skips rows without an integer
     ``answer`` (they are not prompts with a verifiable answer).
     """
@@ -76,7 +76,7 @@ def open_images(paths: Sequence[str], data_root: str | Path, min_pixels: int, ma
     """Each image opened as RGB and resized to the recipe's budget; paths must be absolute and inside the root."""
     from PIL import Image
 
-    from spatialiq_train.processor import resize_to_budget
+    from spatialiq_train.core.processor import resize_to_budget
 
     root = Path(data_root).resolve()
     images = []
@@ -154,7 +154,7 @@ def image_token_id(processor: Any) -> int:
 
 def check_image_tokens(processor: Any, token_ids: Any, images: Sequence[Any], where: str) -> int:
     """The image-token count, refused unless it is the one the recipe's budget gives (the TRL path's count)."""
-    from spatialiq_train.processor import FACTOR
+    from spatialiq_train.core.processor import FACTOR
 
     expected = sum((im.height // FACTOR) * (im.width // FACTOR) for im in images)
     got = int((token_ids == image_token_id(processor)).sum())
@@ -241,7 +241,7 @@ def ground_truth(row: dict[str, Any]) -> dict[str, Any]:
 
 def datum_processor(data_root: str | Path, min_pixels: int, max_pixels: int, mode: Mode) -> Callable[..., Any]:
     """The processor for one dataset, with the root resolved once."""
-    from spatialiq_train.processor import check_budget
+    from spatialiq_train.core.processor import check_budget
 
     check_budget(min_pixels, max_pixels)
     return DatumProcessor(str(Path(data_root).resolve()), int(min_pixels), int(max_pixels), mode)

@@ -10,7 +10,7 @@ custom reward needs its own driver. This one follows the stock flow and differs 
 2. check the config's project pieces against that recipe (:mod:`spatialiq_train.nemo.contract`: data entries,
    ``env.spatialiq`` / ``env.spatialiq_exact_match``, checkpoint metric, ``skip_tokenizer_init``); a difference
    is an error naming the keys, never rewritten; check that the validation split shares no structure with the
-   phase's training split (:func:`spatialiq_train.splits.check_held_out`); then build ``MasterConfig`` from the
+   phase's training split (:func:`spatialiq_train.core.splits.check_held_out`); then build ``MasterConfig`` from the
    config as it is;
 3. ``get_next_experiment_dir``, ``init_ray``, ``get_tokenizer(..., get_processor=True)``; the recipe's pixel
    budget is set on that processor, and images are resized to it in our data processor (vLLM gets them resized);
@@ -49,7 +49,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.splits import check_held_out
 from spatialiq_train.nemo.checkpoints import latest_step, read_step_config
 from spatialiq_train.nemo.contract import check_contract, plan_data
 from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
@@ -57,7 +58,6 @@ from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.runtime import NemoApi, load_api
 from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase, load_recipe_checked, read_settings
-from spatialiq_train.splits import check_held_out
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ def _master(api: NemoApi, phase: Phase, config: dict[str, Any], source: Path) ->
 
 def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) -> None:
     """Train with NeMo-RL from a generated YAML (``spatialiq recipes nemo-rl``) plus Hydra-style overrides."""
-    from spatialiq_train.processor import apply_pixel_budget
+    from spatialiq_train.core.processor import apply_pixel_budget
 
     api = load_api()
     source = Path(config_path)

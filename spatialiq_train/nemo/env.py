@@ -10,7 +10,7 @@ one turn.
 
 Scoring is the reward core's (:mod:`reward.nemo`), so a recipe's ``reward.weights`` give the same numbers here as
 through the TRL adapter. NeMo-RL has no channel for an environment's own metrics (``global_post_process_and_metrics``
-is never called), so each ``step`` keeps its metrics under the project's names (:mod:`spatialiq_train.metrics`):
+is never called), so each ``step`` keeps its metrics under the project's names (:mod:`spatialiq_train.core.metrics`):
 ``reward/<name>/{mean,std,errors}`` per term, ``reward/total/...``, ``reward/exact_match/mean`` (rollout accuracy)
 and, for the validation environment, ``eval/exact_match``. They are appended to ``cfg["metrics_file"]`` (JSONL, one
 row per ``step`` call) when set, and returned by :meth:`SpatialIQEnvironment.last_metrics`. NeMo-RL's own
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from reward.registry import RewardSpec, resolve_reward
-from spatialiq_train.metrics import ACCURACY_REWARD, EVAL_EXACT_MATCH, TOTAL_REWARD, reward_metric
+from spatialiq_train.core.metrics import ACCURACY_REWARD, EVAL_EXACT_MATCH, TOTAL_REWARD, reward_metric
 
 TRAIN_ENV = "spatialiq"
 """Environment name of the training reward (the recipe's ``reward.weights``)."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from spatialiq_train.io import atomic_write_text
+from spatialiq_train.core.io import atomic_write_text
 from spatialiq_train.nemo.config import Built, grpo_config, sft_config
 from spatialiq_train.nemo.keys import NemoConfigError, check_config, load_key_set
 from spatialiq_train.nemo.paper import deviations

@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 from spatialiq_train.nemo.contract import PROJECT_DATASET_KEYS
 from spatialiq_train.nemo.settings import SECTION, DriverSettings
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from spatialiq_train.recipe_model import Recipe
+from spatialiq_train.core.recipe_model import Recipe
 
 # --- released values the recipe schema has no field for ---------------------------------------------------------
 # Source: NVIDIA/Spatial-IQ training/configs/grpo_spatialiq.yaml (the paper's released GRPO configuration).

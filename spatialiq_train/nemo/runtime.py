@@ -10,7 +10,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 
 CONTAINER = "nvcr.io/nvidia/nemo-rl:v0.7.0"
 PROBE_MODULE = "nemo_rl.environments.interfaces"

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 
 SECTION = "spatialiq"
 Phase = Literal["sft", "rl"]
@@ -94,7 +94,7 @@ def load_recipe_checked(recipe: str | Path, overrides: list[str] | None = None, 
     """A recipe (file or shipped name) whose every reward name exists in the reward registry (dotted
     ``pkg.module:function`` rewards imported, as training does)."""
     from reward.registry import check_reward_names
-    from spatialiq_train.recipes import RecipeError, load_recipe
+    from spatialiq_train.core.recipes import RecipeError, load_recipe
 
     try:
         rec = load_recipe(Path(recipe), list(overrides or []))

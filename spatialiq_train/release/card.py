@@ -19,10 +19,10 @@ from typing import Any
 import yaml
 
 from eval.stats import wilson_interval
-from spatialiq_train.io import markdown_table
-from spatialiq_train.prompts import COT_SYSTEM_PROMPT
-from spatialiq_train.recipes import flatten
-from spatialiq_train.tasks import build_prompt
+from spatialiq_train.core.io import markdown_table
+from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT
+from spatialiq_train.core.recipes import flatten
+from spatialiq_train.core.tasks import build_prompt
 
 TAGS = ["spatial-reasoning", "block-counting", "qwen2.5-vl", "spatial-iq", "image-text-to-text"]
 RL_TAGS = ["rlvr", "grpo", "dapo"]

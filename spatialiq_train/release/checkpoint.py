@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.errors import UserError
-from spatialiq_train.io import atomic_write_json
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.io import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -73,19 +73,20 @@ def check_stock_processor(folder: Path, notes: list[str]) -> list[str]:
     import importlib.util
     import json
 
-    from spatialiq_train.processor import STANDARD_CLASS
+    from spatialiq_train.core.processor import STANDARD_CLASS
 
     config_path = folder / "processor_config.json"
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return [f"{config_path}: unreadable ({exc})"]
-    problems = [f"{config_path}: {key} is missing; save the processor with spatialiq_train.processor.save_processor"
+    problems = [f"{config_path}: {key} is missing; save the processor with "
+                "spatialiq_train.core.processor.save_processor"
                 for key in ("image_processor", "video_processor") if key not in config]
     if config.get("processor_class") != STANDARD_CLASS:
         problems.append(f"{config_path}: processor_class is {config.get('processor_class')!r}, not {STANDARD_CLASS!r}")
     if importlib.util.find_spec("torchvision") is None:
-        from spatialiq_train.processor import load_processor
+        from spatialiq_train.core.processor import load_processor
 
         notes.append(f"{STOCK_NOT_CHECKED}: torchvision is not installed here (without it stock "
                      "transformers returns a bare tokenizer); the processor files were checked and the project's "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatialiq_train.io import atomic_write_text, sha256_file
+from spatialiq_train.core.io import atomic_write_text, sha256_file
 
 SUMS_FILE = "SHA256SUMS"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 
 
 def _api() -> Any:

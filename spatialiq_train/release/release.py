@@ -12,9 +12,10 @@ from typing import Any
 import yaml
 
 from data_gen.trace_kind import record_kind
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.io import atomic_write_text, read_json
+from spatialiq_train.core.weights import check_finite_weights
 from spatialiq_train.hf_export import copy_weights, write_processor
-from spatialiq_train.io import atomic_write_text, read_json
 from spatialiq_train.release.card import PHASES, CardInputs, DataFacts, model_card
 from spatialiq_train.release.checkpoint import (
     ReleaseError,
@@ -24,7 +25,6 @@ from spatialiq_train.release.checkpoint import (
     find_recipe,
 )
 from spatialiq_train.release.checksums import SUMS_FILE, verify_sums, write_sums
-from spatialiq_train.weights import check_finite_weights
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +34,13 @@ RECIPE_FILE = "training_recipe.yaml"
 def _load_recipe_dict(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
-    from spatialiq_train.recipes import load_recipe
+    from spatialiq_train.core.recipes import load_recipe
 
     return load_recipe(path).model_dump(mode="json")
 
 
 def _base_recipe(name: str | None) -> dict[str, Any] | None:
-    from spatialiq_train.recipes import SHIPPED_RECIPES, load_recipe
+    from spatialiq_train.core.recipes import SHIPPED_RECIPES, load_recipe
 
     if not name or not (SHIPPED_RECIPES / f"{name}.yaml").is_file():
         return None

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.recipe_model import Recipe
+from spatialiq_train.core.recipe_model import Recipe
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def ensure_base_model(recipe: Recipe, run_dir: Path) -> str:
 
 def load_processor_for(recipe: Recipe, model_path: str) -> Any:
     """The model's processor with the recipe's pixel bounds."""
-    from spatialiq_train.processor import load_processor
+    from spatialiq_train.core.processor import load_processor
 
     return load_processor(model_path, recipe.model.min_pixels, recipe.model.max_pixels)
 

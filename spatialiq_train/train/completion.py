@@ -15,8 +15,8 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialiq_train.errors import UserError
-from spatialiq_train.io import atomic_write_json
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.io import atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Trace JSONL (read by :mod:`spatialiq_train.traces`) -> TRL datasets for SFT and GRPO.
+"""Trace JSONL (read by :mod:`spatialiq_train.core.traces`) -> TRL datasets for SFT and GRPO.
 
 Both trainers get conversational rows with string contents and an `images` column; TRL inserts the image
 placeholder before the first user text, which is where the trace puts it. Images are referenced by path and
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.traces import Mode, load_examples
+from spatialiq_train.core.traces import Mode, load_examples
 
 
 def load_split(
@@ -41,7 +41,7 @@ def with_pixel_budget(dataset: Any, min_pixels: int, max_pixels: int) -> Any:
     """
     if not hasattr(dataset, "with_transform") or "images" not in getattr(dataset, "column_names", ()):
         return dataset
-    from spatialiq_train.processor import check_budget, resize_to_budget
+    from spatialiq_train.core.processor import check_budget, resize_to_budget
 
     check_budget(min_pixels, max_pixels)
 

@@ -14,8 +14,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spatialiq_train import metrics as m
-from spatialiq_train.errors import JobFailure
+from spatialiq_train.core import metrics as m
+from spatialiq_train.core.errors import JobFailure
 
 WATCHED: dict[str, str] = {"loss": m.TRAIN_LOSS, "grad_norm": m.TRAIN_GRAD_NORM}
 """TRL log key -> the metric name an error reports."""

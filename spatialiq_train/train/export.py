@@ -109,7 +109,7 @@ def export_final(trainer: Any, processor: Any, out_dir: str | Path, adapter_dir:
     """Save the trained policy (LoRA: adapter to `adapter_dir`, then merged) and its processor under `out_dir`.
 
     Every rank must call it, in step (saving gathers shards); only the main process writes `out_dir`."""
-    from spatialiq_train.processor import save_processor
+    from spatialiq_train.core.processor import save_processor
 
     out_dir = Path(out_dir)
     accelerator = trainer.accelerator

@@ -1,4 +1,4 @@
-"""Training metrics under the namespaced names of `spatialiq_train.metrics`: `metrics.jsonl`, TensorBoard, wandb.
+"""Training metrics under the namespaced names of `spatialiq_train.core.metrics`: `metrics.jsonl`, TensorBoard, wandb.
 
 TRL logs flat names (`loss`, `reward`, `rewards/format/mean`, `completions/mean_length`, `eval_loss` ...). Each
 log event is renamed once (`namespaced`) and the same row goes to every sink, so the file, TensorBoard and wandb
@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train import metrics as m
-from spatialiq_train.io import atomic_write_text
-from spatialiq_train.metrics import read_metrics
+from spatialiq_train.core import metrics as m
+from spatialiq_train.core.io import atomic_write_text
+from spatialiq_train.core.metrics import read_metrics
 
 log = logging.getLogger(__name__)
 

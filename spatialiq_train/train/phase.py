@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialiq_train.recipe_model import OptimizerSection, PhaseSection, Recipe, ValidationSection
+from spatialiq_train.core.recipe_model import OptimizerSection, PhaseSection, Recipe, ValidationSection
 from spatialiq_train.train import common
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def build_phase_trainer(
     callbacks: list[Any] | None = None,
 ) -> tuple[Any, Any]:
     """(trainer, processor) for the phase, `model_path` being the policy to start from."""
-    from spatialiq_train.versions import check_versions
+    from spatialiq_train.core.versions import check_versions
 
     check_versions("trl", "transformers", *(("vllm",) if spec.name == "rl" else ()), "deepspeed")
     out = Path(output_dir)

@@ -4,7 +4,7 @@ rather than after its SFT warm-up.
 The reward-name check (`reward.registry.check_reward_names`) lives with the rewards. `check_rl_ready` builds the RL
 reward functions and scores one sample row with them, reads the RL split, loads the policy's model config, and
 builds the GRPO config. `check_validation_held_out` refuses a validation split that shares a structure with a training
-split (`spatialiq_train.splits.check_held_out`, which the NeMo-RL side calls too).
+split (`spatialiq_train.core.splits.check_held_out`, which the NeMo-RL side calls too).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.errors import UserError
-from spatialiq_train.recipe_model import Recipe
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.recipe_model import Recipe
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def check_rewards_on_row(rewards: Any, row: dict[str, Any], where: str) -> None:
 def check_validation_held_out(recipe: Recipe, training_splits: Sequence[str]) -> None:
     """When a phase validates, `data.eval_split` shares no structure with `training_splits` (the trace files of the
     phases about to train); else a `splits.HeldOutError` naming the files and the count of shared structures."""
-    from spatialiq_train.splits import check_held_out
+    from spatialiq_train.core.splits import check_held_out
 
     d = recipe.data
     validates = any(getattr(recipe, name).validation.every_steps is not None for name in ("sft", "rl"))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.recipe_model import VLLM_TO_GRPO, Recipe
+from spatialiq_train.core.recipe_model import VLLM_TO_GRPO, Recipe
 from spatialiq_train.train import common, phase
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ def run_rl(
     """Train (resuming from the newest checkpoint under `output_dir`) and export to `final_dir`
     (default `output_dir/final`). The policy starts from `model_path`, else `rl.init_from`, else the base model.
     A finished run is complete; a larger step budget needs `extend` (`phase.run_phase`)."""
-    from spatialiq_train.io import check_model_source
+    from spatialiq_train.core.io import check_model_source
 
     if model_path is None and recipe.rl.init_from is not None:
         model_path = check_model_source(recipe.rl.init_from, "rl.init_from")

@@ -19,9 +19,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.io import atomic_write_text
-from spatialiq_train.recipe_model import Recipe
-from spatialiq_train.recipes import RecipeError, flatten, recipe_to_yaml
+from spatialiq_train.core.io import atomic_write_text
+from spatialiq_train.core.recipe_model import Recipe
+from spatialiq_train.core.recipes import RecipeError, flatten, recipe_to_yaml
 from spatialiq_train.train import common
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def check_disjoint(traces_dir: str | Path, split_a: str, split_b: str) -> None:
     """Raise if any structure appears in both trace splits (the warm-up and RL data must not share one)."""
-    from spatialiq_train.traces import read_traces, split_file
+    from spatialiq_train.core.traces import read_traces, split_file
 
     ids_a = {r.get("structure_id") for r in read_traces(split_file(traces_dir, split_a))} - {None}
     ids_b = {r.get("structure_id") for r in read_traces(split_file(traces_dir, split_b))} - {None}
@@ -37,7 +37,7 @@ def check_disjoint(traces_dir: str | Path, split_a: str, split_b: str) -> None:
     if shared:
         raise ValueError(
             f"{traces_dir}: splits {split_a!r} and {split_b!r} share {len(shared)} structures (e.g. {shared[0]}); "
-            "DAPO-tight needs disjoint partitions (spatialiq_train.splits.partition_of)"
+            "DAPO-tight needs disjoint partitions (spatialiq_train.core.splits.partition_of)"
         )
 
 
@@ -99,7 +99,7 @@ def run_dapo_tight(
 ) -> Path:
     """Run (or resume) both phases; returns DIR/final. Datasets default to the recipe's trace splits. A finished
     run is complete and a rerun changes nothing; a larger RL step budget needs `extend`."""
-    from spatialiq_train.io import check_model_source
+    from spatialiq_train.core.io import check_model_source
     from spatialiq_train.train.preflight import check_rl_ready, check_validation_held_out
     from spatialiq_train.train.rl import run_rl
     from spatialiq_train.train.sft import run_sft

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.recipe_model import Recipe
+from spatialiq_train.core.recipe_model import Recipe
 from spatialiq_train.train import common, phase
 
 

@@ -21,7 +21,7 @@ def save_vllm_tiny(out_dir, seed: int = 0):  # noqa: ANN001, ANN201
     with the standard processor files."""
     import torch
 
-    from spatialiq_train.processor import save_processor
+    from spatialiq_train.core.processor import save_processor
     from spatialiq_train.tiny import build_model, build_processor, build_tokenizer
 
     tok = build_tokenizer()

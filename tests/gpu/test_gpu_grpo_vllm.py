@@ -26,7 +26,7 @@ def test_grpo_with_colocated_vllm_two_steps(vllm_tiny: Path, tmp_path: Path) -> 
     needs("vllm", "pip install -e '.[gpu]'")
     from _train_support import model_digest
 
-    from spatialiq_train.metrics import read_metrics
+    from spatialiq_train.core.metrics import read_metrics
     from spatialiq_train.train.data import load_split
     from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
 

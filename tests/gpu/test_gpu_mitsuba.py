@@ -20,7 +20,7 @@ def test_cuda_variant_id_pass_equals_scalar() -> None:
     from data_gen.camera import leaf_camera
     from data_gen.render.base import SceneSpec, get_renderer
     from data_gen.visibility import visible_set
-    from spatialiq_train.views import LEAF_VIEWS
+    from spatialiq_train.core.views import LEAF_VIEWS
 
     if "cuda_ad_rgb" not in mi.variants():
         pytest.skip(f"this Mitsuba build has no cuda_ad_rgb variant (has {', '.join(mi.variants())})")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from spatialiq_train.recipes import load_recipe
+    from spatialiq_train.core.recipes import load_recipe
     from spatialiq_train.train import export
     from spatialiq_train.train.data import load_split
     from spatialiq_train.train.sft import build_sft_trainer

@@ -13,7 +13,7 @@ from _train_support import tiny_model_dir, write_traces
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
-from spatialiq_train.recipes import SHIPPED_RECIPES
+from spatialiq_train.core.recipes import SHIPPED_RECIPES
 
 VENDOR_NAME = "nemo-rl-v0.7.0"
 SHARED_DIR = Path(__file__).resolve().parents[4] / "shared"

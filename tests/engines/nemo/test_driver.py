@@ -13,7 +13,7 @@ import yaml
 from _nemo_support import Placement, PlacementReached, tiny_model
 from _train_support import write_traces
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 from spatialiq_train.nemo import driver
 from spatialiq_train.nemo.checkpoints import latest_step
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV

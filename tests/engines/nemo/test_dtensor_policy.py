@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from _nemo_support import CASES, write_all_traces, write_config
 
-from spatialiq_train.recipes import load_recipe
+from spatialiq_train.core.recipes import load_recipe
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def _release(tiny: Path, tmp_path: Path) -> tuple[Path, str]:
-    from spatialiq_train.recipes import SHIPPED_RECIPES, load_recipe, recipe_to_yaml
+    from spatialiq_train.core.recipes import SHIPPED_RECIPES, load_recipe, recipe_to_yaml
 
     run = tmp_path / "run"
     shutil.copytree(tiny, run / "final")

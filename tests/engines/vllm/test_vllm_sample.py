@@ -41,7 +41,7 @@ def _trainer_ids(processor: Any, text: str, image: Any) -> list[int]:
 
 @pytest.fixture(scope="module")
 def prompt_len(tiny: Path, bench_data: Path) -> int:
-    from spatialiq_train.processor import load_processor
+    from spatialiq_train.core.processor import load_processor
 
     processor = load_processor(tiny)
     return len(_trainer_ids(processor, *_view_prompt(processor, bench_data)))
@@ -146,7 +146,7 @@ def test_image_token_parity_with_the_trainer(engine: Any, tiny: Path, bench_data
     from vllm import SamplingParams
 
     from eval.engines import fit_images
-    from spatialiq_train.processor import image_token_count, load_processor
+    from spatialiq_train.core.processor import image_token_count, load_processor
 
     processor = load_processor(tiny)
     text, image = _view_prompt(processor, bench_data)

@@ -13,9 +13,9 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialiq_train.dataset import REWARD_FIELDS
-from spatialiq_train.errors import InputError
-from spatialiq_train.io import loads_json, resolve_inside
+from spatialiq_train.core.dataset import REWARD_FIELDS
+from spatialiq_train.core.errors import InputError
+from spatialiq_train.core.io import loads_json, resolve_inside
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def load_examples(
             examples.append(trace_to_example(row, data_root, mode, where=f"{path}:row {lineno}"))
         except TraceError:
             raise
-        except ValueError as exc:  # an image path escaping the root (spatialiq_train.io.resolve_inside)
+        except ValueError as exc:  # an image path escaping the root (spatialiq_train.core.io.resolve_inside)
             raise TraceError(f"{path}:row {lineno}: {exc}") from None
     if len(examples) < len(rows):
         log.info("%s: %d rows without an integer answer are not RL prompts; skipped", path, len(rows) - len(examples))

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def video_processor_config(image_processor: Any) -> dict[str, Any]:
 
 
 def _rewrite_json(path: Path, update: Any) -> None:
-    from spatialiq_train.io import atomic_write_text
+    from spatialiq_train.core.io import atomic_write_text
 
     data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     update(data)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from spatialiq_train.tasks import COT_LINE_TASKS, SCORED_COT_LINES
+from spatialiq_train.core.tasks import COT_LINE_TASKS, SCORED_COT_LINES
 
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
@@ -236,7 +236,7 @@ OFFICIAL_RULE = (
     "template wording ('The number of columns' / 'layers' / 'objects in the top-most' / 'distinct clusters')"
 )
 STRICT_RULE = (
-    "strict (spatialiq_train.parsing.parse_trace): answer = the last <answer>...</answer> pair holding a number "
+    "strict (spatialiq_train.core.parsing.parse_trace): answer = the last <answer>...</answer> pair holding a number "
     "(exact-case tags; the whole content if an integer, else its last integer), else the total line's N, else the "
     "last integer; sub-tasks = the last integer on the first line labelled 'N)' or '0N)', any wording; ASCII digits "
     "and at most 18 of them"

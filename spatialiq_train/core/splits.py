@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from spatialiq_train.errors import InputError, UserError
-from spatialiq_train.io import loads_json, read_text
+from spatialiq_train.core.errors import InputError, UserError
+from spatialiq_train.core.io import loads_json, read_text
 
 Split = Literal["train", "benchmark"]
 SPLITS: tuple[Split, ...] = ("train", "benchmark")

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
+
+PROJECT_VERSION = "0.1.0"
+"""This project's release (``pyproject.toml``'s ``version``; ``tests/test_versions.py`` checks they agree)."""
 
 SUPPORTED: dict[str, tuple[str, str]] = {
     "trl": ("1.16", "1.17"),

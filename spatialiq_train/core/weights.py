@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from spatialiq_train.errors import UserError
+from spatialiq_train.core.errors import UserError
 
 DIGEST_FILES: tuple[str, ...] = ("*.safetensors", "config.json", "generation_config.json", "adapter_config.json")
 """The files :func:`checkpoint_digest` covers: every weight file and the configs that change what the model does."""

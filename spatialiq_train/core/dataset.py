@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.errors import UserError
-from spatialiq_train.io import natural_key, read_json, resolve_inside
-from spatialiq_train.splits import SPLITS
-from spatialiq_train.views import SAMPLE_DIR_RE, LeafView, parse_leaf_path, parse_view_path, sample_of_view
+from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.io import natural_key, read_json, resolve_inside
+from spatialiq_train.core.splits import SPLITS
+from spatialiq_train.core.views import SAMPLE_DIR_RE, LeafView, parse_leaf_path, parse_view_path, sample_of_view
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Every structure has 16 leaf views, ``view_VV/offset{O:g}_fov{F:g}_dist{D:g}`` (benchmark-spec
 section 3.3 and 6.1), in a sample folder ``<split>/level_1/sample_NNNNN`` (ours, 5-digit) or
 ``.../level_1/sample_N`` (the release). This is layout vocabulary shared by data generation, traces and
-evaluation, so it lives in the core; the file names and readers are in ``spatialiq_train.dataset``, the
+evaluation, so it lives in the core; the file names and readers are in ``spatialiq_train.core.dataset``, the
 camera geometry built on the views in ``data_gen.camera``.
 """
 

@@ -2,7 +2,7 @@
 
 Task ids follow the released dataset (``task1``..``task11``, ``task_main``); the paper's
 S1..S9/T1/T2 tags are kept as metadata only (benchmark-spec section 4.0). Prompt text comes
-verbatim from :mod:`spatialiq_train.prompts`.
+verbatim from :mod:`spatialiq_train.core.prompts`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from spatialiq_train import prompts
-from spatialiq_train.dataset import COT_FIELDS
+from spatialiq_train.core import prompts
+from spatialiq_train.core.dataset import COT_FIELDS
 
 Dialect = Literal["training", "type1"]
 DIALECTS: tuple[Dialect, ...] = ("training", "type1")

@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from spatialiq_train.errors import InputError
-from spatialiq_train.io import read_text
-from spatialiq_train.recipe_model import OPTIMIZER_KEYS, Recipe
+from spatialiq_train.core.errors import InputError
+from spatialiq_train.core.io import read_text
+from spatialiq_train.core.recipe_model import OPTIMIZER_KEYS, Recipe
 
 
 class RecipeError(InputError):
@@ -123,7 +123,7 @@ def _shipped_recipes_dir() -> Path:
     spec = importlib.util.find_spec("recipes")
     if spec is not None and spec.origin and (Path(spec.origin).parent / "tiny_cpu.yaml").is_file():
         return Path(spec.origin).parent
-    return Path(__file__).resolve().parents[1] / "recipes"
+    return Path(__file__).resolve().parents[2] / "recipes"
 
 
 SHIPPED_RECIPES = _shipped_recipes_dir()

@@ -13,7 +13,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.errors import InputError
+from spatialiq_train.core.errors import InputError
 
 _NUMBER_RUN = re.compile(r"(\d+)", re.ASCII)
 
