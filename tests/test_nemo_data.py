@@ -89,6 +89,38 @@ def test_rl_datum_matches_the_trl_prompt_token_for_token(tmp_path: Path, process
     assert datum["task_name"] == "spatialiq" and datum["loss_multiplier"] == 1.0 and datum["idx"] == 0
 
 
+def test_the_trl_dataset_row_tokenizes_like_the_datum(tmp_path: Path, processors: tuple[Any, Any]) -> None:
+    """Through the Arrow dataset TRL trains on (placeholders gain ``text: None``), the prompt is the same tokens."""
+    import torch
+    from trl.data_utils import prepare_multimodal_messages
+
+    from spatialiq_train.train.data import examples_to_dataset
+
+    nemo_proc, trl_proc = processors
+    recipe = tiny_recipe()
+    rows = load_rows(_write(tmp_path), "rl", tmp_path, "rl")
+    datum = datum_processor(tmp_path, recipe.model.min_pixels, recipe.model.max_pixels, "rl")(
+        rows[1], None, nemo_proc, 2048, 1)
+    row = examples_to_dataset(rows)[1]
+    assert row["prompt"][1]["content"][0] == {"type": "image", "text": None}
+    messages = prepare_multimodal_messages(row["prompt"], images=row["images"])
+    trl = trl_proc.apply_chat_template(conversation=[messages], add_generation_prompt=True, tokenize=True,
+                                       return_dict=True)
+    ids = torch.cat([m["token_ids"] for m in datum["message_log"]])
+    assert ids.tolist() == torch.as_tensor(trl["input_ids"][0]).tolist()
+
+
+def test_a_row_whose_images_do_not_match_its_placeholders_is_refused(tmp_path: Path) -> None:
+    from spatialiq_train.nemo.data import chat_messages
+
+    row = load_rows(_write(tmp_path, n=1), "rl", tmp_path, "rl")[0]
+    with pytest.raises(DatumError, match="1 image placeholders and 2 images"):
+        chat_messages(row, ["A", "B"], "rl")
+    filled = chat_messages(row, ["A"], "rl")
+    assert filled[1]["content"] == [{"type": "image", "image": "A"},
+                                    {"type": "text", "text": "How many blocks are there?"}]
+
+
 def test_without_the_resize_the_saved_budget_would_spend_256_tokens(processors: tuple[Any, Any]) -> None:
     from spatialiq_train.core.processor import image_token_count
 

@@ -18,11 +18,45 @@ from spatialiq_train.train.logging import namespaced
 
 def test_sft_row_has_prompt_completion_and_resolved_image(tmp_path: Path) -> None:
     ex = trace_to_example(trace_row("img/a.png", 7, "s1"), tmp_path, "sft")
-    assert ex["prompt"] == [{"role": "system", "content": "Answer in tags."},
-                            {"role": "user", "content": "How many blocks are there?"}]
-    assert ex["completion"] == [{"role": "assistant", "content": "<answer>7</answer>"}]
+    assert ex["prompt"] == [
+        {"role": "system", "content": [{"type": "text", "text": "Answer in tags."}]},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many blocks are there?"}]}]
+    assert ex["completion"] == [{"role": "assistant", "content": [{"type": "text", "text": "<answer>7</answer>"}]}]
     assert ex["images"] == [str((tmp_path / "img" / "a.png").resolve())]
     assert "answer" not in ex
+
+
+def test_typed_parts_keep_the_trace_order_and_trl_fills_them(tmp_path: Path) -> None:
+    """No flattening: an image after the text stays after it, and TRL fills each placeholder from `images`."""
+    from trl.data_utils import prepare_multimodal_messages
+
+    row = trace_row("img/a.png", 7, "s1", system=None)
+    row["messages"][0]["content"] = [{"type": "text", "text": "Look:"}, {"type": "image", "image": "img/a.png"},
+                                     {"type": "text", "text": "How many?"}, {"type": "image", "image": "img/b.png"}]
+    ex = trace_to_example(row, tmp_path, "rl")
+    assert [p["type"] for p in ex["prompt"][0]["content"]] == ["text", "image", "text", "image"]
+    assert ex["images"] == [str((tmp_path / "img" / n).resolve()) for n in ("a.png", "b.png")]
+    filled = prepare_multimodal_messages(ex["prompt"], images=["A", "B"])
+    assert [p.get("image", p.get("text")) for p in filled[0]["content"]] == ["Look:", "A", "How many?", "B"]
+
+
+@pytest.mark.parametrize(("part", "message"), [
+    ({"type": "image"}, r"content\[0\] must be a text part or an image part with a path"),
+    ({"type": "video", "video": "v.mp4"}, r"content\[0\] must be a text part"),
+    ("loose text", r"content\[0\] must be a text part"),
+])
+def test_unknown_or_empty_parts_are_named(tmp_path: Path, part: object, message: str) -> None:
+    row = trace_row("img/a.png", 7, "s1")
+    row["messages"][1]["content"] = [part]
+    with pytest.raises(TraceError, match=r"row 9: messages\[1\]: " + message):
+        trace_to_example(row, tmp_path, "rl", where="row 9")
+
+
+def test_an_image_outside_a_user_message_is_refused(tmp_path: Path) -> None:
+    row = trace_row("img/a.png", 7, "s1")
+    row["messages"][2]["content"].append({"type": "image", "image": "img/a.png"})
+    with pytest.raises(TraceError, match=r"messages\[2\] \(assistant\) holds an image"):
+        trace_to_example(row, tmp_path, "sft")
 
 
 def test_rl_row_carries_answer_and_ground_truth(tmp_path: Path) -> None:
@@ -65,7 +99,7 @@ def test_load_split_decodes_images_and_skips_rows_without_answer(tmp_path: Path)
     assert len(ds) == 2 and ds[0]["answer"] == 1
     assert ds[0]["images"][0].size == (56, 56)
     sft = load_split(traces, "rl", tmp_path, "sft", limit=1)
-    assert len(sft) == 1 and sft[0]["completion"][0]["content"] == "<answer>0</answer>"
+    assert len(sft) == 1 and sft[0]["completion"][0]["content"][0]["text"] == "<answer>0</answer>"
 
 
 def test_normalise_logs_adds_stable_names() -> None:

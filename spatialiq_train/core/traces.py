@@ -2,8 +2,9 @@
 
 A trace row holds chat `messages` (optional system, user with an image path relative to the data root and the
 prompt text, assistant target), plus `answer`, `structure_id`, `task_id` and ground-truth fields. The reader turns
-each row into a conversational example with string contents and an `images` list (absolute paths), checked row by
-row. Both training backends read traces through it: TRL (``train.data.load_split``) and NeMo-RL
+each row into a conversational example, checked row by row: the messages keep their typed content parts in the
+trace's order, each image part a placeholder ``{"type": "image"}``, and an `images` list holds the absolute paths
+in placeholder order. Both training backends read traces through it: TRL (``train.data.load_split``) and NeMo-RL
 (``nemo.data.load_rows``).
 """
 
@@ -52,36 +53,49 @@ def read_traces(path: str | Path, limit: int | None = None) -> list[dict[str, An
     return rows
 
 
-def _text_of(content: Any, where: str) -> str:
+def _parts_of(content: Any, root: str | Path, where: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """A message's content as typed parts, in the trace's order, and the absolute paths of its images.
+
+    A text part stays ``{"type": "text", "text": ...}`` (a string content is one text part); an image part becomes
+    the placeholder ``{"type": "image"}`` and its path, resolved inside ``root``, goes to the returned list. This is
+    the form TRL fills from the ``images`` column, and the one ``nemo.data.chat_messages`` fills with opened images.
+    """
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        return "".join(str(p.get("text", "")) for p in parts)
-    raise TraceError(f"{where}: content must be a string or a list of parts, got {type(content).__name__}")
-
-
-def _images_of(content: Any) -> list[str]:
+        return [{"type": "text", "text": content}], []
     if not isinstance(content, list):
-        return []
-    return [str(p["image"]) for p in content if isinstance(p, dict) and p.get("type") == "image" and p.get("image")]
+        raise TraceError(f"{where}: content must be a string or a list of parts, got {type(content).__name__}")
+    parts: list[dict[str, Any]] = []
+    images: list[str] = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            parts.append({"type": "text", "text": str(part.get("text", ""))})
+        elif kind == "image" and part.get("image"):
+            images.append(str(resolve_inside(root, str(part["image"]))))
+            parts.append({"type": "image"})
+        else:
+            raise TraceError(f"{where}: content[{j}] must be a text part or an image part with a path, got {part!r}")
+    return parts, images
 
 
 def trace_to_example(row: dict[str, Any], data_root: str | Path, mode: Mode, where: str = "trace") -> dict[str, Any]:
-    """One trace row -> one TRL row: `prompt` (+ `completion` for SFT), `images` (absolute paths), RL columns."""
-    prompt: list[dict[str, str]] = []
-    completion: list[dict[str, str]] = []
+    """One trace row -> one conversational example: `prompt` (+ `completion` for SFT), `images`, RL columns.
+
+    Message contents keep the trace's typed parts; each image part is a placeholder whose path (absolute, inside
+    ``data_root``) is the matching entry of `images`. Images belong to user messages.
+    """
+    prompt: list[dict[str, Any]] = []
+    completion: list[dict[str, Any]] = []
     images: list[str] = []
     for i, msg in enumerate(row["messages"]):
         role = msg.get("role") if isinstance(msg, dict) else None
         if role not in ("system", "user", "assistant"):
             raise TraceError(f"{where}: messages[{i}] has role {role!r}; expected system, user or assistant")
-        text = _text_of(msg.get("content"), f"{where}: messages[{i}]")
-        if role == "assistant":
-            completion.append({"role": "assistant", "content": text})
-            continue
-        images += [str(resolve_inside(data_root, rel)) for rel in _images_of(msg.get("content"))]
-        prompt.append({"role": role, "content": text})
+        parts, paths = _parts_of(msg.get("content"), data_root, f"{where}: messages[{i}]")
+        if paths and role != "user":
+            raise TraceError(f"{where}: messages[{i}] ({role}) holds an image; images belong to a user message")
+        images += paths
+        (completion if role == "assistant" else prompt).append({"role": role, "content": parts})
     if not any(m["role"] == "user" for m in prompt):
         raise TraceError(f"{where}: no user message")
     example: dict[str, Any] = {"prompt": prompt, "images": images}

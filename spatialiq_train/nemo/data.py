@@ -6,8 +6,8 @@ turn holding the images, the processor's multimodal tensors), ``length``, ``extr
 environment gets as metadata), ``loss_multiplier``, ``idx``, ``task_name`` and, for rollouts, ``vllm_content``
 (the prompt string) and ``vllm_images``. :class:`DatumProcessor` is that callable for our rows.
 
-The chat is the TRL path's, turn for turn (:func:`spatialiq_train.core.traces.trace_to_example`, then the image
-items placed before the first user text as TRL's ``prepare_multimodal_messages`` does). NeMo-RL loads its
+The chat is the TRL path's, turn for turn: the typed parts of :func:`spatialiq_train.core.traces.trace_to_example`
+with each image placeholder filled in order, as TRL's ``prepare_multimodal_messages`` fills them. NeMo-RL loads its
 processor with the model's default pixel budget and vLLM runs its own image processing, so every image is resized
 here with :func:`spatialiq_train.core.processor.resize_to_budget` to the recipe's budget: both sides then see a size
 their processors keep, and the image-token count is the one the TRL path gets (checked per datum).
@@ -58,18 +58,21 @@ def load_rows(traces_dir: str | Path, split: str, data_root: str | Path, mode: M
 
 
 def chat_messages(example: dict[str, Any], images: Sequence[Any], mode: Mode) -> list[dict[str, Any]]:
-    """The conversation as TRL renders it: list contents, every image before the first user text."""
+    """The conversation as TRL renders it: the example's typed parts, each image placeholder filled in order.
+
+    ``images`` are the opened images of ``example["images"]`` (one per placeholder, as
+    ``spatialiq_train.core.traces`` wrote them); an RL datum leaves the completion out.
+    """
     turns = list(example["prompt"]) + (list(example.get("completion") or []) if mode == "sft" else [])
-    out: list[dict[str, Any]] = []
-    placed = False
-    for turn in turns:
-        text = {"type": "text", "text": turn["content"]}
-        if turn["role"] == "user" and not placed:
-            out.append({"role": "user", "content": [*({"type": "image", "image": im} for im in images), text]})
-            placed = True
-        else:
-            out.append({"role": turn["role"], "content": [text]})
-    return out
+    slots = sum(part["type"] == "image" for turn in turns for part in turn["content"])
+    if slots != len(images):
+        raise DatumError(f"the row has {slots} image placeholders and {len(images)} images; "
+                         "rows come from spatialiq_train.core.traces.load_examples, which keeps them equal")
+    pending = iter(images)
+    return [{"role": turn["role"],
+             "content": [{"type": "image", "image": next(pending)} if part["type"] == "image"
+                         else {"type": "text", "text": part["text"]} for part in turn["content"]]}
+            for turn in turns]
 
 
 def open_images(paths: Sequence[str], data_root: str | Path, min_pixels: int, max_pixels: int) -> list[Any]:

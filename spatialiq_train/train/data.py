@@ -1,8 +1,8 @@
 """Trace JSONL (read by :mod:`spatialiq_train.core.traces`) -> TRL datasets for SFT and GRPO.
 
-Both trainers get conversational rows with string contents and an `images` column; TRL inserts the image
-placeholder before the first user text, which is where the trace puts it. Images are referenced by path and
-decoded lazily.
+Both trainers get conversational rows whose contents are the trace's typed parts, each image part a placeholder
+that TRL fills, in order, from the `images` column (``trl.data_utils.prepare_multimodal_messages``). Images are
+referenced by path and decoded lazily.
 """
 
 from __future__ import annotations
