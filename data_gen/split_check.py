@@ -25,8 +25,12 @@ from spatialiq_train.core.dataset import (
     iter_shard_rows,
     parquet_shards,
     read_scene,
-    split_of_path,
 )
+
+
+def split_of_path(root: str | Path, path: str | Path) -> str:
+    """The first folder of ``path`` below ``root``: the split name in our layout (``eval_set`` in the released one)."""
+    return Path(path).resolve().relative_to(Path(root).resolve()).parts[0]
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ Views come from ``spatialiq_train.core.dataset.iter_views``: the per-view layout
 without leaf folders (same records: the ``view`` column is the leaf folder path), or the released
 benchmark, which has no split folder and no ``structure_id``: there the group id is the path of the
 sample folder (benchmark-spec 6.3). Records of the train split go to one of the three disjoint parts ``val``,
-``warmup`` and ``rl`` (``spatialiq_train.core.splits.part_of``), and those of ``warmup`` and ``rl`` also to ``train``;
-those of the benchmark split go to ``benchmark``; all decided by structure.
+``warmup`` and ``rl`` (``View.part``: the recorded ``trainval`` and ``dapo`` columns of a parquet row, else the
+draws of ``spatialiq_train.core.splits.part_of`` on the structure id), and those of ``warmup`` and ``rl`` also to
+``train``; those of the benchmark split go to ``benchmark``; all decided by structure.
 
 Targets: SFT-plain is ``<answer>{value}</answer>`` (the released ``prepare_data.py`` wrote the
 bare integer; the tags make the plain model scorable by the gated reward exactly like CoT models).
@@ -34,7 +35,7 @@ from spatialiq_train.core.dataset import (  # REWARD_FIELDS: also read from here
 from spatialiq_train.core.errors import InputError
 from spatialiq_train.core.io import atomic_write_bytes, atomic_write_text, resolve_inside
 from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT
-from spatialiq_train.core.splits import SPLITS, part_of
+from spatialiq_train.core.splits import SPLITS
 from spatialiq_train.core.tasks import COT_FIELDS, Dialect, build_prompt, fill_cot_template, get_task
 
 logger = logging.getLogger(__name__)
@@ -124,8 +125,7 @@ def output_file(view: View) -> tuple[str, ...]:
     """The JSONL files (without suffix) a view's records go to."""
     if view.split == "benchmark":
         return (BENCHMARK_FILE,)
-    part = part_of(view.structure_id)
-    return ("val",) if part == "val" else ("train", part)
+    return ("val",) if view.part == "val" else ("train", str(view.part))
 
 
 def check_options(kind: str, tasks: Sequence[str], mask_final_answer: str | None) -> list[str]:

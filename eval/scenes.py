@@ -11,31 +11,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatialiq_train.core.dataset import SCORED_FIELDS, SPLIT_DIRS, View, iter_views
-
-__all__ = ["PARTITION_SPLITS", "SPLIT_DIRS", "find_scenes"]
-
-PARTITION_SPLITS: tuple[str, ...] = ("val", "warmup", "rl")
-"""Parts of the train split a ``split`` argument may name (``spatialiq_train.core.splits.part_of``, disjoint):
-``--split rl`` reads the train split's views whose structure falls in the RL part."""
+from spatialiq_train.core.dataset import SCORED_FIELDS, View, iter_views
+from spatialiq_train.core.splits import PARTS
 
 
 def find_scenes(data: str | Path, split: str | None = "benchmark") -> list[View]:
     """Every leaf view of ``data/split`` with its ground truth, in natural order of its key.
 
-    ``data`` itself is read only when it holds none of the split folders (``SPLIT_DIRS``), as in the
-    released layout; a missing ``split`` beside another split folder is a FileNotFoundError. Without leaf
-    folders the ``data/<split>-*.parquet`` shards (and their embedded images) are read. Every scene needs
-    the scored fields (``SCORED_FIELDS``) as integers; a malformed gt.json or row is a ValueError naming
-    the file (and row) and the key. ``split`` may also name a partition of the train split (``val``, ``warmup``,
-    ``rl``: :data:`PARTITION_SPLITS`), decided by each view's structure id as the traces decide it.
+    ``data`` itself is read only when it holds none of the split folders (``spatialiq_train.core.splits.SPLITS``),
+    as in the released layout; a missing ``split`` beside another split folder is a FileNotFoundError. Without
+    leaf folders the ``data/<split>-*.parquet`` shards (and their embedded images) are read. Every scene needs
+    the scored fields (``SCORED_FIELDS``) as integers; a malformed gt.json or row is a ValueError naming the file
+    (and row) and the key. ``split`` may also name a part of the train split (``val``, ``warmup``, ``rl``:
+    ``spatialiq_train.core.splits.PARTS``): each view's recorded part (``View.part``), the one the traces read.
     """
-    if split not in PARTITION_SPLITS:
+    if split not in PARTS:
         return list(iter_views(data, split, required=SCORED_FIELDS))
-    from spatialiq_train.core.splits import part_of
-
-    train = iter_views(data, "train", required=SCORED_FIELDS)
-    views = [v for v in train if part_of(v.structure_id) == split]
+    views = [v for v in iter_views(data, "train", required=SCORED_FIELDS) if v.part == split]
     if not views:
         raise FileNotFoundError(f"{data}: no train view falls in the {split!r} partition")
     return views

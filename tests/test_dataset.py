@@ -73,7 +73,6 @@ def test_field_tuples_match_what_generation_writes(generated: Path) -> None:
     assert [c for c in int_columns if c in GT_INT_FIELDS] == list(GT_INT_FIELDS)
     assert all(isinstance(gt[f], int) for f in GT_INT_FIELDS)
     assert set(REWARD_FIELDS) < set(GT_INT_FIELDS) and dataset.COT_FIELDS == ("task1", *REWARD_FIELDS)
-    assert dataset.SPLIT_DIRS == splits.SPLITS
 
 
 def test_validate_gt_names_source_key_and_fix() -> None:
@@ -183,6 +182,27 @@ def test_paths_outside_the_root_are_refused(tmp_path: Path) -> None:
     (leaf / "gt.json").symlink_to(outside)
     with pytest.raises(DatasetError, match="escapes the dataset root"):
         list(iter_views(tmp_path / "fold"))
+
+
+def test_the_part_is_read_from_the_recorded_columns(generated: Path, tmp_path: Path) -> None:
+    """Folders record no part (it is drawn from the structure id); parquet rows record it, and that is what counts."""
+    folders = list(iter_views(generated, "train"))
+    assert {v.part for v in folders} <= {"val", "warmup", "rl"} and len({v.part for v in folders}) >= 2
+    assert all(v.part == splits.part_of(v.structure_id) and v.recorded_part is None for v in folders)
+    assert {v.part for v in iter_views(generated, "benchmark")} == {None}
+    pq_views = list(iter_views(_parquet_only(generated, tmp_path / "pq"), "train"))
+    assert [v.recorded_part for v in pq_views] == [v.part for v in folders]
+    row = {"view": "train/level_1/sample_1/view_01/offset3_fov1_dist1", "view_idx": 1, "offset": 3.0, "fov": 1.0,
+           "dist": 1.0, "task_main": 3, "split": "train", "trainval": "val", "dapo": "rl"}
+    sid = next(f"s{i}" for i in range(1000) if splits.part_of(f"s{i}") == "rl")  # its draws say rl
+    for recorded, part in (({"trainval": "train", "dapo": "warmup"}, "warmup"), ({}, "val")):
+        _table([{**row, "structure_id": sid, **recorded}], tmp_path / "one" / "data" / "train-00000-of-00001.parquet")
+        (view,) = iter_views(tmp_path / "one", "train")
+        assert view.part == part
+    _table([{**row, "dapo": "later"}], tmp_path / "bad" / "data" / "train-00000-of-00001.parquet")
+    with pytest.raises(DatasetError, match=r"train-00000-of-00001\.parquet: recorded dapo 'later' is not one of "
+                                           r"warmup, rl \(row 0\)"):
+        list(iter_views(tmp_path / "bad", "train"))
 
 
 def test_missing_data_and_split_errors(generated: Path, tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from eval.paper_tables import convention_for, display_name, write_paper_tables
+from eval.paper.accuracy import convention_for
+from eval.paper_tables import display_name, write_paper_tables
 from eval.rawcsv import RawCsvError, read_raw_csv, read_raw_dir
 from spatialiq_train.cli import app
 from spatialiq_train.core.errors import EXIT_USAGE, UserError

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from data_gen.split_check import split_of_path
 from spatialiq_train.core.dataset import (
     iter_leaf_dirs,
     iter_scene_files,
@@ -14,7 +15,6 @@ from spatialiq_train.core.dataset import (
     shard_done_relpath,
     shard_parquet_relpath,
     shard_stem,
-    split_of_path,
 )
 from spatialiq_train.core.io import atomic_write_json
 from spatialiq_train.core.views import (

@@ -28,7 +28,7 @@ from typing import Any
 
 from spatialiq_train.core.errors import UserError
 from spatialiq_train.core.io import natural_key, read_json, resolve_inside
-from spatialiq_train.core.splits import SPLITS
+from spatialiq_train.core.splits import SPLITS, Part, part_from_draws, part_of
 from spatialiq_train.core.views import SAMPLE_DIR_RE, LeafView, parse_leaf_path, parse_view_path, sample_of_view
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,6 @@ SHARDS_DIR = "shards"
 SCENE_FILE = "scene.json"
 GT_FILE = "gt.json"
 IMAGE_FILE = "view.png"
-SPLIT_DIRS: tuple[str, ...] = SPLITS
-"""Split folders of our layout (the splits); a root holding none of them is the released layout."""
 
 GT_FIELDS: tuple[str, ...] = (
     "object_type", "sample_idx", "view_idx", "offset", "fov", "dist", "task1",
@@ -99,11 +97,6 @@ ImageSink = Callable[[str, bytes], None]
 """Receives ``(view, PNG bytes)`` of a parquet row as :func:`iter_views` reads it."""
 
 
-def split_of_path(root: str | Path, path: str | Path) -> str:
-    """The first folder of ``path`` below ``root``: the split name in our layout (``eval_set`` in the released one)."""
-    return Path(path).resolve().relative_to(Path(root).resolve()).parts[0]
-
-
 @dataclass(frozen=True)
 class View:
     """One leaf view: where it is, its lens, its ground truth, its structure and split, and its image."""
@@ -120,6 +113,13 @@ class View:
     has_image: bool = False
     image_bytes: bytes | None = field(default=None, repr=False, compare=False)
     """PNG bytes when the view came from a parquet shard with an image column."""
+    recorded_part: Part | None = None
+    """The part recorded by a parquet row's ``trainval`` and ``dapo`` columns; None where none is recorded."""
+
+    @property
+    def part(self) -> Part | None:
+        """Its part of the train split: as recorded, else drawn from its structure id; None for a benchmark view."""
+        return None if self.split == "benchmark" else self.recorded_part or part_of(self.structure_id)
 
     @property
     def path(self) -> Path:
@@ -281,13 +281,13 @@ def _folder_base(root: Path, split: str | None) -> Path | None:
         return root
     if (root / split).is_dir():
         return root / split
-    return None if any((root / name).is_dir() for name in SPLIT_DIRS) else root
+    return None if any((root / name).is_dir() for name in SPLITS) else root
 
 
 def _nothing_found(root: Path, base: Path | None, split: str | None) -> str:
     shards = f"{root / DATA_DIR}/{split or '*'}-*.parquet"
     if base is None:
-        present = ", ".join(name for name in SPLIT_DIRS if (root / name).is_dir())
+        present = ", ".join(name for name in SPLITS if (root / name).is_dir())
         return (f"no {split} views found: split folder {root / split} does not exist and there is no {shards}; "
                 f"{root} holds split folder(s) {present} (pass --split with one of them, or a data root without "
                 "split folders)")
@@ -299,7 +299,7 @@ def _split_label(view: str, forced: str | None) -> str | None:
     if forced:
         return forced
     head = view.split("/", 1)[0]
-    return head if head in SPLIT_DIRS else None
+    return head if head in SPLITS else None
 
 
 def _folder_views(root: Path, base: Path, split: str | None, required: tuple[str, ...]) -> list[View]:
@@ -382,6 +382,7 @@ def _row_view(
     try:
         resolve_inside(root, view)
         leaf = LeafView(int(row["view_idx"]), float(row["offset"]), float(row["fov"]), float(row["dist"]))
+        part = part_from_draws(row["trainval"], row["dapo"]) if row.get("trainval") or row.get("dapo") else None
     except (TypeError, ValueError) as exc:
         raise DatasetError(f"{path}: {exc} (row {i})") from None
     gt = {k: v for k, v in row.items() if k not in _ROW_ONLY}
@@ -390,6 +391,6 @@ def _row_view(
     validate_gt(gt, path, required, row=i)
     data = _image_bytes(row)
     sid = row.get("structure_id") or sample_of_view(view) or view
-    recorded = row.get("split") if row.get("split") in SPLIT_DIRS else None
+    recorded = row.get("split") if row.get("split") in SPLITS else None
     return View(view, leaf, gt, root, sid, split or recorded or _split_label(view, None), data is not None,
-                data if images else None)
+                data if images else None, part)

@@ -76,9 +76,17 @@ def partition_of(structure_id: str, kind: str) -> str:
 
 def part_of(structure_id: str) -> Part:
     """The one partition of a train structure: ``val``, else ``warmup`` or ``rl`` (disjoint by construction)."""
-    if partition_of(structure_id, "trainval") == "val":
+    return part_from_draws(partition_of(structure_id, "trainval"), partition_of(structure_id, "dapo"))
+
+
+def part_from_draws(trainval: str, dapo: str) -> Part:
+    """The part two draws (as recorded in the ``trainval`` and ``dapo`` columns) put a structure in: ``val`` first."""
+    for kind, value in (("trainval", trainval), ("dapo", dapo)):
+        if value not in PARTITIONS[kind][:2]:
+            raise ValueError(f"recorded {kind} {value!r} is not one of {', '.join(PARTITIONS[kind][:2])}")
+    if trainval == "val":
         return "val"
-    return "warmup" if partition_of(structure_id, "dapo") == "warmup" else "rl"
+    return "warmup" if dapo == "warmup" else "rl"
 
 
 def _structure_ids(path: Path) -> set[str]:
