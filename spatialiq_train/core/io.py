@@ -23,13 +23,17 @@ def natural_key(relpath: str) -> tuple[tuple[int, str | int], ...]:
     return tuple((1, int(p)) if p.isdigit() else (0, p) for p in _NUMBER_RUN.split(relpath) if p)
 
 
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    """The hex SHA-256 of a file's bytes, read ``chunk`` bytes at a time."""
-    h = hashlib.sha256()
+def hash_file(h: Any, path: str | Path, chunk: int = 1 << 20) -> Any:
+    """Feed a file's bytes, ``chunk`` bytes at a time, into the hashlib object ``h``; returns ``h``."""
     with open(path, "rb") as fh:
         while block := fh.read(chunk):
             h.update(block)
-    return h.hexdigest()
+    return h
+
+
+def sha256_file(path: str | Path) -> str:
+    """The hex SHA-256 of a file's bytes."""
+    return hash_file(hashlib.sha256(), path).hexdigest()
 
 
 def _file_mode() -> int:

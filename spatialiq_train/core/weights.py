@@ -12,6 +12,7 @@ import hashlib
 from pathlib import Path
 
 from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.io import hash_file
 
 DIGEST_FILES: tuple[str, ...] = ("*.safetensors", "config.json", "generation_config.json", "adapter_config.json")
 """The files :func:`checkpoint_digest` covers: every weight file and the configs that change what the model does."""
@@ -63,8 +64,5 @@ def checkpoint_digest(model_dir: str | Path) -> str:
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + b"\0")
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        digest.update(b"\0")
+        hash_file(digest, path).update(b"\0")
     return digest.hexdigest()

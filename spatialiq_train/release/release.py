@@ -13,7 +13,7 @@ import yaml
 
 from data_gen.trace_kind import record_kind
 from spatialiq_train.core.errors import UserError
-from spatialiq_train.core.io import atomic_write_text, read_json
+from spatialiq_train.core.io import atomic_write_text, read_json, sha256_file
 from spatialiq_train.core.weights import check_finite_weights
 from spatialiq_train.hf_export import copy_weights, write_processor
 from spatialiq_train.release.card import PHASES, CardInputs, DataFacts, model_card
@@ -187,7 +187,7 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
 
 def revision_tag(folder: Path) -> str:
     """A tag naming the release's exact content: ``release-`` + 12 hex of the SHA256SUMS file's sha256."""
-    digest = hashlib.sha256((folder / SUMS_FILE).read_bytes()).hexdigest()
+    digest = sha256_file(folder / SUMS_FILE)
     return f"release-{digest[:12]}"
 
 
