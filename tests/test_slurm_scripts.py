@@ -465,7 +465,8 @@ def test_submission_refuses_missing_data_or_warm_up_checkpoint_before_sbatch(fak
     """A login-node submission (and its DRY_RUN) checks DATA, the traces folder and, for RL, INIT_FROM first."""
     cases = [
         ("dapo_32b.sh", {"DATA": str(fake_slurm / "no_such_data")}, f"DATA={fake_slurm}/no_such_data does not exist"),
-        ("sft_plain_32b.sh", {"TRACES_DIR": str(fake_slurm / "data" / "traces" / "nope")}, "traces/nope does not exist"),
+        ("sft_plain_32b.sh", {"TRACES_DIR": str(fake_slurm / "data" / "traces" / "nope")},
+         "traces/nope does not exist"),
         ("dapo_32b.sh", {"INIT_FROM": None}, f"INIT_FROM={fake_slurm}/out/nemo_rl/sft/hf holds no HF checkpoint"),
         ("dapo_7b.sh", {"INIT_FROM": str(fake_slurm / "data")}, "holds no HF checkpoint (config.json)"),
         # what the NeMo-RL driver would refuse inside the allocation, `recipes nemo-rl` refuses here
