@@ -177,8 +177,10 @@ def run_phase(
     """Train the phase (resuming from the newest checkpoint under `output_dir`, weights included) and export the
     policy to `final_dir` (default `output_dir/final`; a LoRA adapter is kept in `output_dir/adapter`).
 
-    A phase already finished under the same step budget is complete: nothing is loaded or written and `final_dir`
-    is returned as it is. A larger budget needs `extend` (`train.completion`)."""
+    First the recipe is compared with the folder's record (`train.record`): a setting the phase reads that differs
+    is refused, finished or not. A phase already finished under the same step budget is complete: nothing is loaded
+    or written and `final_dir` is returned as it is. A larger budget needs `extend` (`train.completion`). Nothing
+    is created before the training data has been read and checked; the record is written when training starts."""
     from spatialiq_train.train import completion, record
     from spatialiq_train.train.export import export_final
 
