@@ -52,9 +52,8 @@ import yaml
 from pydantic import ValidationError
 
 from spatialiq_train.core.errors import UserError
-from spatialiq_train.core.splits import check_held_out
 from spatialiq_train.nemo.checkpoints import latest_step, read_step_config
-from spatialiq_train.nemo.contract import check_contract, plan_data
+from spatialiq_train.nemo.contract import check_contract, check_held_out_plan, plan_data
 from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.grouping import check_supported, per_view_groups
@@ -240,7 +239,7 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) ->
     config = load_resolved(api, config_path, overrides)
     plan = plan_for(read_settings(config, source), phase, source)
     check_contract(config, plan, phase, str(source))
-    check_held_out(plan.traces_dir, plan.val_split, [plan.train_split])
+    check_held_out_plan(plan)
     check_resume(config)
     master = _master(api, phase, config, source)
     if phase == "rl":
