@@ -109,3 +109,19 @@ def test_demo_refuses_an_unknown_reward_before_any_work(tmp_path: Path) -> None:
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert result.exit_code == 2 and len(errors) == 1 and "reward.weights.no_such_reward" in errors[0], result.output
     assert not (tmp_path / "d").exists()
+
+
+def test_demo_steps_run_on_the_command_group_of_the_demo(tmp_path: Path, monkeypatch) -> None:
+    """Each step runs in-process on the group the demo runs in: a good step's output shows, a usage error stops it."""
+    from typer.testing import CliRunner
+
+    import spatialiq_train.cli.demo as demo_mod
+
+    def steps(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        return [["recipes", "validate", "recipes/tiny_cpu.yaml"], ["recipes", "validate", "--no-such-option"]]
+
+    monkeypatch.setattr(demo_mod, "demo_steps", steps)
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")])
+    assert "ok: recipes/tiny_cpu.yaml" in result.output
+    assert result.exit_code == 2 and "demo step 2 failed (exit 2" in result.output
