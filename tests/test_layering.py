@@ -6,6 +6,7 @@ another. The CLI and the backends (``spatialiq_train.train``, ``.release``, ``.n
 backends are peers, and what two of them share lives in the core or in a module named for it (``hf_export``,
 ``tiny``), which imports only the core. Every import statement counts, function-level (lazy) ones included: a lazy
 import is still a dependency. ``pyproject.toml``'s ``[tool.importlinter]`` holds the same rules for ``lint-imports``.
+No two project modules import each other, directly or through others, by any kind of import (the last tests below).
 """
 
 from __future__ import annotations
