@@ -81,9 +81,11 @@ def test_a_ground_truth_dataset_has_its_pinned_bytes(tmp_path: Path) -> None:
     assert differing(generate(tmp_path / "d", NONE_ARGS), NONE_DIGESTS) == []
 
 
-def test_a_mitsuba_dataset_has_its_pinned_bytes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_mitsuba_dataset_has_its_pinned_bytes(tmp_path: Path, workers: int) -> None:
+    """With two workers every worker process builds its own renderer; the bytes are the same."""
     pytest.importorskip("mitsuba")
-    found = generate(tmp_path / "d", MITSUBA_ARGS)
+    found = generate(tmp_path / "d", [*MITSUBA_ARGS, "--workers", str(workers)])
     here = json.loads((tmp_path / "d" / "gen_config.json").read_text())["render_backend"]
     if here != MITSUBA_BACKEND:
         pytest.skip(f"image bytes are pinned for render backend {MITSUBA_BACKEND}; this machine has {here}")
