@@ -58,7 +58,11 @@ class GenerationRun:
         if self.render and self.renderer is None and self.renders_here:
             self.renderer = self._built = make_renderer(self.cfg)
         if self.render and not self.in_worker:
-            self.backend = render_backend(self.cfg, self.renderer)  # without a renderer: resolved and checked
+            try:
+                self.backend = render_backend(self.cfg, self.renderer)  # without a renderer: resolved and checked
+            except BaseException:
+                self.__exit__(None, None, None)  # the renderer just built is closed: no ``with`` block will
+                raise
             self.cfg = identity.pin_variant(self.cfg, self.backend)
         return self
 

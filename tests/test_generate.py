@@ -606,6 +606,10 @@ def test_a_renderer_built_by_run_is_closed_and_an_injected_one_is_not(
     with pytest.raises(GenerationError, match="boom"):
         run(cfg(tmp_path / "fails", structures=1, renderer="mitsuba"), progress=False)
     assert ClosingRenderer.closed == 2  # closed on failure too
+    monkeypatch.setattr(generation_run, "render_backend", lambda c, r: (_ for _ in ()).throw(GenerationError("probe")))
+    with pytest.raises(GenerationError, match="probe"):
+        run(cfg(tmp_path / "probe", structures=1, renderer="mitsuba"), progress=False)
+    assert ClosingRenderer.closed == 3  # a failure while the run opens closes what it built
 
 
 def test_plan_only_asks_its_workers_for_no_renderer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
