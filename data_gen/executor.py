@@ -89,26 +89,33 @@ class _Workers:
             proc.start()
         self.window = 4 * len(self.procs)
         """Items in flight (sent but not yet yielded): every worker stays busy while memory stays bounded."""
+        self.sent = 0
+        """Tasks sent so far, over every :meth:`imap`: a task's number is unique, so an answer left over from an
+        iteration that stopped early (an error) is never taken for one of a later iteration."""
 
     def imap(self, task: Task, items: Iterable[Any]) -> Iterator[Any]:
-        todo, sent, done, nxt = iter(items), 0, {}, 0
-        for item in todo:
-            self.tasks.put((sent, task, item))
-            sent += 1
-            if sent == self.window:
-                break
-        while nxt < sent:
+        todo, done = iter(items), {}
+        first = nxt = self.sent
+
+        def send_one() -> None:
+            for item in todo:
+                self.tasks.put((self.sent, task, item))
+                self.sent += 1
+                return
+
+        for _ in range(self.window):
+            send_one()
+        while nxt < self.sent:
             seq, ok, value = self._result()
+            if seq is not None and seq < first:
+                continue  # an answer to an earlier iteration, which stopped before reading it
             if not ok:
                 raise value
             done[seq] = value
             while nxt in done:
                 yield done.pop(nxt)
                 nxt += 1
-                for item in todo:  # one more in flight for each one yielded
-                    self.tasks.put((sent, task, item))
-                    sent += 1
-                    break
+                send_one()  # one more in flight for each one yielded
 
     def _result(self) -> tuple[int | None, bool, Any]:
         while True:

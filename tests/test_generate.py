@@ -612,6 +612,23 @@ def test_a_renderer_built_by_run_is_closed_and_an_injected_one_is_not(
     assert ClosingRenderer.closed == 3  # a failure while the run opens closes what it built
 
 
+def test_worker_processes_keep_order_and_report_errors_and_deaths(tmp_path: Path) -> None:
+    """More items than are ever in flight come back in order; a task's error and a dead worker stop the run."""
+    import os
+    import time
+
+    with executor.Executor(GenerationRun(cfg(tmp_path, workers=2), render=False)) as ex:
+        assert list(ex.map(abs, range(-30, 0))) == list(range(30, 0, -1))
+        with pytest.raises(ValueError, match="invalid literal"):
+            list(ex.map(int, ["1", "x"]))
+        with pytest.raises(TypeError):  # fails at once while the other tasks of the iteration are still running
+            list(ex.map(time.sleep, ["x", *[0.2] * 7]))
+        assert list(ex.map(abs, [-1, -2])) == [1, 2]  # the answers the failed iteration left unread are not taken
+    with executor.Executor(GenerationRun(cfg(tmp_path, workers=2), render=False)) as ex:
+        with pytest.raises(GenerationError, match=r"worker process \d+ exited with code 3 before its work was done"):
+            list(ex.map(os._exit, [3]))
+
+
 def test_plan_only_asks_its_workers_for_no_renderer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     flags: list[bool] = []
     real_init = executor._Workers.__init__
