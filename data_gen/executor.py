@@ -19,6 +19,7 @@ import logging
 import pickle
 import queue
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from typing import Any
 
 from data_gen import plan, shards, verify
@@ -51,20 +52,18 @@ def _serve(cfg_json: str, render: bool, tasks: Any, results: Any) -> None:
 
     Every answer is pickled here, so one that cannot be pickled is reported as an error rather than lost.
     """
-    try:
-        run = GenerationRun.worker(GenConfig.model_validate_json(cfg_json), render).__enter__()
-    except Exception as exc:  # noqa: BLE001 - a worker that cannot render reports why, then stops
-        results.put(_answer(None, False, exc))
-        return
-    try:
+    with ExitStack() as opened:
+        try:
+            run = opened.enter_context(GenerationRun.worker(GenConfig.model_validate_json(cfg_json), render))
+        except Exception as exc:  # noqa: BLE001 - a worker that cannot render reports why, then stops
+            results.put(_answer(None, False, exc))
+            return
         for seq, task, item in iter(tasks.get, None):
             try:
                 answer = _answer(seq, True, task(run, item))
             except Exception as exc:  # noqa: BLE001 - the parent raises it, naming the view
                 answer = _answer(seq, False, exc)
             results.put(answer)
-    finally:
-        run.__exit__(None, None, None)
 
 
 def _answer(seq: int | None, ok: bool, value: Any) -> bytes:
@@ -133,6 +132,11 @@ class _Workers:
         if ok:
             for _ in self.procs:
                 self.tasks.put(None)
+            while any(proc.is_alive() for proc in self.procs):  # a worker exits once its answers are read
+                try:
+                    self.results.get(timeout=0.1)  # answers of an iteration that stopped early: nobody needs them
+                except queue.Empty:
+                    pass
         for proc in self.procs:
             if not ok:
                 proc.terminate()
