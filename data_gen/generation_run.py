@@ -33,26 +33,25 @@ class GenerationRun:
     or a planning-only run) and this process's renderer (``renderer``, None where this process does not render).
 
     ``renderer`` given: used as it is and never closed here (tests inject fakes this way). ``render`` False: nothing
-    is rendered or resolved (``--plan-only``). ``renders_here``: this process renders, so it builds the renderer when
-    none is given; by default only with one worker (with several, the parent resolves the backend without a renderer
-    and every worker process builds its own).
+    is rendered or resolved (``--plan-only``). ``in_worker``: the run of a worker process (:meth:`worker`).
     """
 
-    def __init__(self, cfg: GenConfig, renderer: Any = None, render: bool = True,
-                 renders_here: bool | None = None) -> None:
-        self.cfg, self.render, self.renderer = cfg, render, renderer
-        self.renders_here = cfg.workers == 1 if renders_here is None else renders_here
+    def __init__(self, cfg: GenConfig, renderer: Any = None, render: bool = True, *, in_worker: bool = False) -> None:
+        self.cfg, self.renderer, self.render, self.in_worker = cfg, renderer, render, in_worker
         self.backend: dict[str, Any] | None = None
-        self.in_worker = False
         self._built: Any = None
 
     @classmethod
     def worker(cls, cfg: GenConfig, render: bool) -> GenerationRun:
         """The run a worker process opens: it renders (with ``render``) with a renderer of its own and resolves no
         backend (it renders the variant its parent pinned in ``cfg``, and the parent writes every record)."""
-        run = cls(cfg, render=render, renders_here=True)
-        run.in_worker = True
-        return run
+        return cls(cfg, render=render, in_worker=True)
+
+    @property
+    def renders_here(self) -> bool:
+        """This process renders: a worker, or the parent of a one-worker run. With several workers the parent
+        resolves the backend without a renderer, and every worker process builds its own."""
+        return self.in_worker or self.cfg.workers == 1
 
     def __enter__(self) -> GenerationRun:
         if self.render and self.renderer is None and self.renders_here:
