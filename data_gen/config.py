@@ -69,9 +69,9 @@ class GenConfig(BaseModel):
     def identity(self, render_backend: dict[str, Any] | None = None) -> dict[str, Any]:
         """The arguments that decide the output bytes (recorded in gen_config.json and the manifest).
 
-        ``render_backend`` (from :func:`data_gen.identity.render_backend`) is added when given: the resolved
-        backend decides the image bytes too, while ``render_variant`` is only a request (``auto`` resolves per
-        machine).
+        ``render_backend`` (from :func:`data_gen.generation_run.render_backend`) is added when given: the
+        resolved backend decides the image bytes too, while ``render_variant`` is only a request (``auto``
+        resolves per machine).
         """
         ident: dict[str, Any] = {
             "structures": self.structures, "seed": self.seed, "split": self.split, "renderer": self.renderer,

@@ -12,6 +12,9 @@ A reward is a plain batched function ``fn(completions, *, answer, **columns) -> 
 either form. Duplicate names raise; unknown names raise with the list of valid ones.
 :func:`check_reward_names` checks a recipe's ``reward.weights`` names before anything runs (every command that
 trains, plans a sweep or writes a NeMo-RL config calls it).
+
+The built-in rewards (``reward.functions``) are registered by the package itself: ``reward/__init__.py`` imports
+them, and Python runs it before any module of the package, this one included. The registry imports none of its users.
 """
 
 from __future__ import annotations
@@ -96,12 +99,7 @@ def register_combination(name: str, weights: Mapping[str, WeightSpec]) -> None:
     _COMBINATIONS[name] = dict(weights)
 
 
-def _ensure_builtins() -> None:
-    importlib.import_module("reward.functions")  # registers the built-in rewards once (import is idempotent)
-
-
 def valid_names() -> list[str]:
-    _ensure_builtins()
     return sorted([*_REWARDS, *_FACTORIES, *_COMBINATIONS])
 
 
@@ -133,7 +131,6 @@ def _load_dotted(path: str) -> RewardFn:
 
 def get_reward(name: str, **params: Any) -> RewardFn:
     """The reward called ``name``; ``params`` go to a factory (and are refused by anything else)."""
-    _ensure_builtins()
     if name in _FACTORIES:
         try:
             return _FACTORIES[name](**params)
@@ -193,7 +190,6 @@ class Combination:
 
 def combination_weights(name: str) -> dict[str, WeightSpec] | None:
     """The weight mapping of the named combination ``name``, or None when ``name`` is not one."""
-    _ensure_builtins()
     weights = _COMBINATIONS.get(name)
     return None if weights is None else dict(weights)
 
@@ -264,7 +260,6 @@ def _summary(obj: object) -> str:
 
 def list_rewards() -> list[RewardInfo]:
     """Every registered name with its kind and the first line of its docstring."""
-    _ensure_builtins()
     infos = [RewardInfo(n, "reward", _summary(f)) for n, f in _REWARDS.items()]
     infos += [RewardInfo(n, "factory", _summary(f)) for n, f in _FACTORIES.items()]
     infos += [

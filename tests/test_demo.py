@@ -121,7 +121,8 @@ def test_demo_rerun_keeps_the_recorded_render_variant_and_offers_the_option(tmp_
     import spatialiq_train.cli.demo as demo_mod
 
     ran: list[list[str]] = []
-    monkeypatch.setattr("spatialiq_train.cli.steps.run_step", lambda args, verbose=False: ran.append(args) or 0)
+    monkeypatch.setattr("spatialiq_train.cli.steps.run_step",
+                        lambda ctx, args, verbose=False: ran.append(args) or 0)
     out = tmp_path / "demo"
     (out / "data-train").mkdir(parents=True)
     (out / "data-train" / "gen_config.json").write_text(json.dumps(
@@ -144,3 +145,19 @@ def test_demo_report_says_which_trace_kind_it_trained_on(tmp_path: Path, kind: s
     assert f"trained on {kind.replace('cot', 'CoT')} traces (--kind {kind}" in note
     if kind == "plain":  # the report's n/a sub-task columns and shortcut rate 1.000 are explained
         assert "sub-task columns read n/a" in note and "shortcut rate" in note and "1.000" in note
+
+
+def test_demo_steps_run_on_the_command_group_of_the_demo(tmp_path: Path, monkeypatch) -> None:
+    """Each step runs in-process on the group the demo runs in: a good step's output shows, a usage error stops it."""
+    from typer.testing import CliRunner
+
+    import spatialiq_train.cli.demo as demo_mod
+
+    def steps(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        return [["recipes", "validate", "recipes/tiny_cpu.yaml"], ["recipes", "validate", "--no-such-option"]]
+
+    monkeypatch.setattr(demo_mod, "demo_steps", steps)
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")])
+    assert "ok: recipes/tiny_cpu.yaml" in result.output
+    assert result.exit_code == 2 and "demo step 2 failed (exit 2" in result.output

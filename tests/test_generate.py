@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from data_gen import executor, identity, plan, shards, structure, visibility, writer
+from data_gen import executor, generation_run, plan, shards, structure, visibility, writer
 from data_gen.config import VIEWS_PER_STRUCTURE, GenConfig, GenerationError
 from data_gen.generate import run
+from data_gen.generation_run import GenerationRun
 from data_gen.render.device import device_identity as probe_device  # the real probe (tests patch it)
 from spatialiq_train.cli import app
 from spatialiq_train.core import splits
@@ -490,10 +491,11 @@ def test_render_variant_needs_the_mitsuba_renderer(tmp_path: Path) -> None:
 def test_parent_builds_a_renderer_only_when_it_renders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[int] = []
     handed: list[object] = []
-    monkeypatch.setattr(identity, "make_renderer", lambda c: built.append(c.workers) or VariantRenderer("scalar_rgb"))
-    monkeypatch.setattr(identity, "_resolve_variant", lambda c: "llvm_ad_rgb")
-    monkeypatch.setattr(executor, "generate_shards", lambda c, todo, renderer, progress, backend: handed.append(
-        (renderer, c.render_variant, backend["variant"])))
+    monkeypatch.setattr(generation_run, "make_renderer",
+                        lambda c: built.append(c.workers) or VariantRenderer("scalar_rgb"))
+    monkeypatch.setattr(generation_run, "_resolve_variant", lambda c: "llvm_ad_rgb")
+    monkeypatch.setattr(executor.Executor, "complete", lambda ex, progress: handed.append(
+        (ex.run.renderer, ex.cfg.render_variant, ex.run.backend["variant"])))
     with pytest.raises(GenerationError, match="not complete"):  # the shards were not written: merge refuses
         run(cfg(tmp_path / "many", structures=1, renderer="mitsuba", workers=2), progress=False)
     assert built == [] and handed == [(None, "llvm_ad_rgb", "llvm_ad_rgb")]  # workers get the resolved variant
@@ -503,7 +505,7 @@ def test_parent_builds_a_renderer_only_when_it_renders(tmp_path: Path, monkeypat
 
 
 def test_missing_dependency_fails_fast_with_several_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(identity, "_importable", lambda module: False)
+    monkeypatch.setattr(generation_run, "_importable", lambda module: False)
     with pytest.raises(GenerationError, match=r"--renderer isaacsim is unavailable .*pip install -e '\.\[isaacsim\]'"):
         run(cfg(tmp_path, structures=1, renderer="isaacsim", workers=2), progress=False)
     assert not tmp_path.joinpath("gen_config.json").exists()
@@ -513,12 +515,44 @@ def test_planning_workers_build_no_renderer(monkeypatch: pytest.MonkeyPatch) -> 
     def boom(c: GenConfig) -> None:
         raise AssertionError("a planning worker built a renderer")
 
-    monkeypatch.setattr(identity, "make_renderer", boom)
+    monkeypatch.setattr(generation_run, "make_renderer", boom)
     c = cfg(Path("x"), renderer="mitsuba", workers=2)
-    executor._init_worker(c.model_dump_json(), False)
-    assert executor._STATE["renderer"] is None and executor._STATE["cfg"] == c
-    with pytest.raises(AssertionError, match="planning worker"):
-        executor._init_worker(c.model_dump_json(), True)
+    with GenerationRun.worker(c, render=False) as worker:
+        assert worker.renderer is None and worker.cfg == c and worker.backend is None
+    with pytest.raises(AssertionError, match="planning worker"), GenerationRun.worker(c, render=True):
+        pass
+
+
+def _served(cfg_json: str, render: bool, items: list[object]) -> list[tuple[object, bool, object]]:
+    """What a worker's main function answers to ``items`` (run in this process, on plain queues)."""
+    import pickle
+    import queue
+
+    tasks: queue.Queue = queue.Queue()
+    results: queue.Queue = queue.Queue()
+    for seq, item in enumerate(items):
+        tasks.put((seq, executor._call, item))
+    tasks.put(None)
+    executor._serve(cfg_json, render, tasks, results)
+    return [pickle.loads(results.get_nowait()) for _ in range(results.qsize())]
+
+
+def test_a_worker_answers_each_task_and_reports_errors_and_a_failed_start(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = cfg(Path("x"), renderer="mitsuba", workers=2)
+    answers = _served(c.model_dump_json(), False, [(plan.candidate_ids, (7, 0, 2)), (int, "x")])
+    assert answers[0] == (0, True, plan.candidate_ids((7, 0, 2)))
+    assert answers[1][:2] == (1, False) and isinstance(answers[1][2], ValueError)
+    closed: list[str] = []
+    monkeypatch.setattr(generation_run, "make_renderer", lambda c: ClosingRenderer("scalar_rgb"))
+    monkeypatch.setattr(generation_run, "close_renderer", lambda r: closed.append(type(r).__name__))
+    assert _served(c.model_dump_json(), True, [(len, "ab")]) == [(0, True, 2)]
+    assert closed == ["ClosingRenderer"]  # the worker closed the renderer it built
+    monkeypatch.setattr(generation_run, "make_renderer", lambda c: (_ for _ in ()).throw(
+        GenerationError("--renderer mitsuba is unavailable")))
+    [(seq, ok, error)] = _served(c.model_dump_json(), True, [(len, "ab")])
+    assert (seq, ok) == (None, False) and "unavailable" in str(error)
 
 
 @pytest.mark.parametrize(("target", "key"), [("gen_config.json", "split"),
@@ -568,28 +602,49 @@ def test_a_renderer_built_by_run_is_closed_and_an_injected_one_is_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ClosingRenderer, "closed", 0)
-    monkeypatch.setattr(identity, "make_renderer", lambda c: ClosingRenderer("scalar_rgb"))
+    monkeypatch.setattr(generation_run, "make_renderer", lambda c: ClosingRenderer("scalar_rgb"))
     run(cfg(tmp_path / "built", structures=1, renderer="mitsuba"), progress=False)
     assert ClosingRenderer.closed == 1
     run(cfg(tmp_path / "given", structures=1, renderer="mitsuba"), renderer=ClosingRenderer("scalar_rgb"),
         progress=False)
     assert ClosingRenderer.closed == 1
-    monkeypatch.setattr(shards, "merge", lambda out: (_ for _ in ()).throw(GenerationError("boom")))
+    monkeypatch.setattr(shards, "finish_shard", lambda *a: (_ for _ in ()).throw(GenerationError("boom")))
     with pytest.raises(GenerationError, match="boom"):
         run(cfg(tmp_path / "fails", structures=1, renderer="mitsuba"), progress=False)
     assert ClosingRenderer.closed == 2  # closed on failure too
+    monkeypatch.setattr(generation_run, "render_backend", lambda c, r: (_ for _ in ()).throw(GenerationError("probe")))
+    with pytest.raises(GenerationError, match="probe"):
+        run(cfg(tmp_path / "probe", structures=1, renderer="mitsuba"), progress=False)
+    assert ClosingRenderer.closed == 3  # a failure while the run opens closes what it built
+
+
+def test_worker_processes_keep_order_and_report_errors_and_deaths(tmp_path: Path) -> None:
+    """More items than are ever in flight come back in order; a task's error and a dead worker stop the run."""
+    import os
+    import time
+
+    with executor.Executor(GenerationRun(cfg(tmp_path, workers=2), render=False)) as ex:
+        assert list(ex.map(abs, range(-30, 0))) == list(range(30, 0, -1))
+        with pytest.raises(ValueError, match="invalid literal"):
+            list(ex.map(int, ["1", "x"]))
+        with pytest.raises(TypeError):  # fails at once while the other tasks of the iteration are still running
+            list(ex.map(time.sleep, ["x", *[0.2] * 7]))
+        assert list(ex.map(abs, [-1, -2])) == [1, 2]  # the answers the failed iteration left unread are not taken
+    with executor.Executor(GenerationRun(cfg(tmp_path, workers=2), render=False)) as ex:
+        with pytest.raises(GenerationError, match=r"worker process \d+ exited with code 3 before its work was done"):
+            list(ex.map(os._exit, [3]))
 
 
 def test_plan_only_asks_its_workers_for_no_renderer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     flags: list[bool] = []
-    real_init = executor.Executor.__init__
+    real_init = executor._Workers.__init__
 
-    def spy(self, c, renderer, render=True):  # noqa: ANN001, ANN202
-        flags.append(render)
-        real_init(self, c, renderer, render)
+    def spy(self, gen_run):  # noqa: ANN001, ANN202
+        flags.append(gen_run.render)
+        real_init(self, gen_run)
 
-    monkeypatch.setattr(executor.Executor, "__init__", spy)
-    monkeypatch.setattr(identity, "make_renderer", lambda c: (_ for _ in ()).throw(AssertionError("built")))
+    monkeypatch.setattr(executor._Workers, "__init__", spy)
+    monkeypatch.setattr(generation_run, "make_renderer", lambda c: (_ for _ in ()).throw(AssertionError("built")))
     run(cfg(tmp_path, structures=2, renderer="mitsuba", workers=2), progress=False, plan_only=True)
     assert flags == [False] and (tmp_path / "plan.json").is_file()
 
@@ -651,7 +706,7 @@ def test_a_backend_recorded_without_a_device_is_refused_by_name(tmp_path: Path) 
 def test_the_device_is_probed_when_the_renderer_names_none(tmp_path: Path, fake_device: dict[str, object]) -> None:
     run(cfg(tmp_path, structures=1, renderer="mitsuba"), renderer=VariantRenderer("scalar_rgb"), progress=False)
     assert json.loads((tmp_path / "gen_config.json").read_text())["render_backend"]["device"] == fake_device
-    assert identity.render_backend(cfg(tmp_path), FakeRenderer()) is None  # renderer none records no backend
+    assert generation_run.render_backend(cfg(tmp_path), FakeRenderer()) is None  # renderer none records no backend
 
 
 FAKE_NVIDIA_SMI = """#!/usr/bin/env bash

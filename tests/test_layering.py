@@ -6,6 +6,7 @@ another. The CLI and the backends (``spatialiq_train.train``, ``.release``, ``.n
 backends are peers, and what two of them share lives in the core or in a module named for it (``hf_export``,
 ``tiny``), which imports only the core. Every import statement counts, function-level (lazy) ones included: a lazy
 import is still a dependency. ``pyproject.toml``'s ``[tool.importlinter]`` holds the same rules for ``lint-imports``.
+No two project modules import each other, directly or through others, by any kind of import (the last tests below).
 """
 
 from __future__ import annotations
@@ -170,3 +171,159 @@ def test_lint_imports_keeps_every_contract() -> None:
                          timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "0 broken" in res.stdout
+
+
+# --- no import circles ----------------------------------------------------------------------------------------------
+#
+# Every kind of import counts: module-level, function-level (lazy), under ``TYPE_CHECKING``, and dynamic ones:
+# ``importlib.import_module("pkg.mod")`` (or ``__import__``) with a literal name, and, in a module that calls
+# ``import_module`` with a computed name, every string literal that is the dotted name of a project module (a
+# table of backend modules is such a dynamic import; a bare word such as ``"reward"`` is not taken for one). An edge
+# goes to the module a statement names: ``from pkg import mod`` to ``pkg.mod`` when that is a module, else to
+# ``pkg`` (its ``__init__``). The parent packages Python imports before
+# a module are no edges unless the module names them: a package that imports its submodules is no circle, but a
+# submodule that imports a name back from that package's ``__init__`` closes one.
+
+_DYNAMIC = {"import_module", "__import__"}
+
+
+def installed_packages() -> list[str]:
+    """The top-level packages ``pip install`` puts in place (``[tool.setuptools.packages.find]``)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return [name.removesuffix("*") for name in config["tool"]["setuptools"]["packages"]["find"]["include"]]
+
+
+def _project_modules() -> dict[str, Path]:
+    return {_module_name(p): p for package in installed_packages() for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _resolve(name: str, known: set[str]) -> str | None:
+    """The project module ``name`` imports: itself, or its nearest enclosing package (a name inside it)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def module_edges(text: str, package: str, known: set[str]) -> list[tuple[int, str]]:
+    """(line, project module) for every import of ``text``, static or dynamic; see the note above."""
+    tree = ast.parse(text)
+    named: list[tuple[int, str]] = []
+    computed = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            named += [(node.lineno, f"{base}.{a.name}" if f"{base}.{a.name}" in known else base) for a in node.names]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in _DYNAMIC and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    named.append((node.lineno, arg.value))
+                else:
+                    computed = True
+    if computed:
+        named += [(node.lineno, node.value) for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                  and isinstance(node.value, str) and "." in node.value and node.value in known]
+    return [(line, mod) for line, name in named if (mod := _resolve(name, known)) is not None]
+
+
+def import_graph(sources: dict[str, tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """module -> {imported project module: first line}; ``sources`` maps module -> (text, package)."""
+    known = set(sources)
+    graph: dict[str, dict[str, int]] = {}
+    for name, (text, package) in sources.items():
+        edges: dict[str, int] = {}
+        for line, mod in sorted(module_edges(text, package, known)):
+            if mod != name:
+                edges.setdefault(mod, line)
+        graph[name] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[str]:
+    """One circle per strongly connected group of modules, as ``a:LINE -> b:LINE -> ... -> a`` (sorted)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm (the graph is a few hundred modules: recursion is fine)
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(_circle(graph, group) for group in groups)
+
+
+def _circle(graph: dict[str, dict[str, int]], group: set[str]) -> str:
+    """A shortest circle through the group's first module, each step with the line of its import."""
+    start = min(group)
+    paths = {start: [start]}
+    queue = [start]
+    for v in queue:  # breadth first, within the group
+        for w in sorted(graph[v]):
+            if w == start:
+                path = paths[v]
+                steps = [f"{a}:{graph[a][b]}" for a, b in zip(path, [*path[1:], start], strict=True)]
+                return " -> ".join([*steps, start])
+            if w in group and w not in paths:
+                paths[w] = [*paths[v], w]
+                queue.append(w)
+    raise AssertionError(f"no circle through {start}")  # a strongly connected group always has one
+
+
+def project_import_graph() -> dict[str, dict[str, int]]:
+    sources = {}
+    for name, path in _project_modules().items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        sources[name] = (path.read_text(encoding="utf-8"), package)
+    return import_graph(sources)
+
+
+def test_no_import_circle_among_project_modules() -> None:
+    assert set(AREAS) < set(installed_packages())
+    graph = project_import_graph()
+    assert {"reward.registry", "data_gen.generate", "spatialiq_train.train.phase", "recipes"} <= set(graph)
+    assert import_cycles(graph) == []
+
+
+def test_the_circle_checker_sees_lazy_typing_and_dynamic_imports() -> None:
+    sources = {
+        "pkg": ("from pkg import a\n", "pkg"),  # a package importing its module: no circle with a's imports
+        "pkg.f": ("def f():\n    from pkg import VALUE\n", "pkg"),
+        "pkg.g": ("from pkg.g import x\n", "pkg"),  # a module naming itself is no circle
+        "pkg.a": ("import json\n\ndef f():\n    from pkg.b import g\n", "pkg"),
+        "pkg.b": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import c\n", "pkg"),
+        "pkg.c": ("import importlib\n\nimportlib.import_module('pkg.a')\n", "pkg"),
+        "pkg.d": ("import importlib\nTABLE = {'x': 'pkg.e', 'y': 'pkg'}\n\n"
+                  "def load(k):\n    return importlib.import_module(TABLE[k])\n", "pkg"),
+        "pkg.e": ("from pkg.d import TABLE\nfrom pkg import a\n", "pkg"),
+    }
+    graph = import_graph(sources)
+    assert graph["pkg.a"] == {"pkg.b": 4} and graph["pkg.e"] == {"pkg.d": 1, "pkg.a": 2}
+    assert graph["pkg.f"] == {"pkg": 2} and graph["pkg.g"] == {}
+    assert import_cycles(graph) == ["pkg.a:4 -> pkg.b:3 -> pkg.c:3 -> pkg.a", "pkg.d:2 -> pkg.e:1 -> pkg.d"]

@@ -11,7 +11,8 @@ from PIL import Image
 from data_gen.camera import block_center, leaf_camera, pixel_rays
 from data_gen.render import isaac_stage as st
 from data_gen.render import materials
-from data_gen.render.base import SceneSpec, get_renderer
+from data_gen.render.backends import get_renderer
+from data_gen.render.base import SceneSpec
 from data_gen.render.isaacsim_backend import IsaacSimRenderer, write_textures
 from data_gen.visibility import block_id
 from spatialiq_train.core.views import LEAF_VIEWS

@@ -9,7 +9,8 @@ import pytest
 
 from data_gen.camera import block_center, leaf_camera, pixel_rays
 from data_gen.render import materials, mitsuba_backend
-from data_gen.render.base import RenderError, SceneSpec, get_renderer
+from data_gen.render.backends import get_renderer
+from data_gen.render.base import RenderError, SceneSpec
 from data_gen.render.mitsuba_backend import (
     _llvm_major,
     find_libllvm,

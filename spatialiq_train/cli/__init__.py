@@ -21,6 +21,7 @@ from spatialiq_train.cli import reward as reward_cli
 from spatialiq_train.cli import sweep as sweep_cli
 from spatialiq_train.cli import traces as traces_cli
 from spatialiq_train.cli import train as train_cli
+from spatialiq_train.cli.steps import VERBOSE_KEY
 from spatialiq_train.core.errors import describe_error
 
 
@@ -45,9 +46,6 @@ class _Commands(TyperGroup):
             typer.echo(f"error: {message}", err=True)
             raise typer.Exit(code) from None
 
-
-VERBOSE_KEY = "spatialiq.verbose"
-"""``ctx.meta`` key the root callback sets from ``--verbose`` (the context's meta is shared by subcommands)."""
 
 app = typer.Typer(
     cls=_Commands,

@@ -106,8 +106,7 @@ def demo(
     cot`` every step runs the same way, but the tiny model does not learn the 400-token CoT
     template in a CPU budget, so RL sees reward 0 and dynamic sampling drops every group.
     """
-    from spatialiq_train.cli import VERBOSE_KEY
-    from spatialiq_train.cli.steps import run_step
+    from spatialiq_train.cli.steps import VERBOSE_KEY, run_step
     from spatialiq_train.cli.train import load_checked
     from spatialiq_train.core.errors import UserError
 
@@ -125,7 +124,7 @@ def demo(
     verbose = bool(ctx.meta.get(VERBOSE_KEY))
     for n, args in enumerate(steps, 1):
         typer.secho(f"[{n}/{len(steps)}] spatialiq {shlex.join(args)}", bold=True)
-        rc = run_step(args, verbose)
+        rc = run_step(ctx, args, verbose)
         if rc:
             raise UserError(f"demo step {n} failed (exit {rc}, its error is above): spatialiq {shlex.join(args)}",
                             exit_code=rc)

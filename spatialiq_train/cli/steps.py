@@ -1,16 +1,23 @@
-"""Running ``spatialiq`` commands in-process, one after another (the demo and reward sweeps)."""
+"""Running ``spatialiq`` commands in-process, one after another (the demo and reward sweeps).
+
+A step runs on the command group of the command that runs it (``ctx.find_root().command``), so this module imports
+nothing of the CLI package that imports it.
+"""
 
 from __future__ import annotations
 
 import typer
 
+VERBOSE_KEY = "spatialiq.verbose"
+"""``ctx.meta`` key the root callback sets from ``--verbose`` (the context's meta is shared by subcommands)."""
 
-def run_step(args: list[str], verbose: bool = False) -> int:
-    """Run one ``spatialiq`` command line in this process; its exit status (the command group printed its error)."""
-    from spatialiq_train.cli import app
 
+def run_step(ctx: typer.Context, args: list[str], verbose: bool = False) -> int:
+    """Run one ``spatialiq`` command line in this process, on the command group ``ctx`` belongs to; its exit status
+    (the command group printed its error)."""
+    group = ctx.find_root().command
     try:
-        rc = app([*(["--verbose"] if verbose else []), *args], standalone_mode=False)
+        rc = group.main([*(["--verbose"] if verbose else []), *args], standalone_mode=False)
     except typer.TyperException as exc:  # a usage error (click's ClickException) of the step's arguments
         exc.show()  # type: ignore[attr-defined]
         return int(exc.exit_code)  # type: ignore[attr-defined]

@@ -54,6 +54,7 @@ def list_cmd(sweep_dir: Path = SWEEP_ARG) -> None:
 
 @sweep_app.command("run")
 def run(
+    ctx: typer.Context,
     sweep_dir: Path = SWEEP_ARG,
     only: str | None = typer.Option(None, "--only", help="Run this variant alone (one Slurm array task)."),
 ) -> None:
@@ -75,7 +76,7 @@ def run(
         steps = variant_steps(sweep, variant)
         for args in steps:
             typer.secho(f"[{i}/{len(variants)}] {variant.name}: spatialiq {shlex.join(args)}", bold=True)
-            rc = run_step(args)
+            rc = run_step(ctx, args)
             if rc:
                 raise UserError(f"variant {variant.name} failed (exit {rc}, its error is above) at: spatialiq "
                                 f"{shlex.join(args)}; rerun `spatialiq sweep run` to resume it", exit_code=rc)

@@ -1,7 +1,8 @@
 """``spatialiq reward analyze``: how named rewards score sampled completions, and what crafted completions earn.
 
 :func:`analyze` reads nothing and writes nothing: it takes the parsed :class:`~lab.table.CompletionTable` and the
-rewards, and returns every number; :func:`write_analysis` writes ``rewards.csv``, ``summary.csv`` and the report.
+rewards, and returns every number (an :class:`~lab.analysis.Analysis`); :func:`write_analysis` writes ``rewards.csv``,
+``summary.csv`` and the report (``lab.report``).
 Column definitions: docs/rewards.md, "Running a reward experiment".
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,39 +17,13 @@ import numpy as np
 from reward.registry import RewardFn
 from spatialiq_train.core.io import atomic_write_text, csv_text
 from spatialiq_train.lab import stats
+from spatialiq_train.lab.analysis import AUC_ACROSS, AUC_WITHIN, ROW_COLUMNS, SUMMARY_COLUMNS, Analysis
 from spatialiq_train.lab.probes import PROBES, probe_texts
 from spatialiq_train.lab.scoring import column_names, gt_columns, score_all, score_batch
 from spatialiq_train.lab.table import CompletionTable
 
-ROW_COLUMNS: tuple[str, ...] = ("view", "sample", "parsed_exact_match", "parsed_abs_error", "parsed_subtasks_correct",
-                                "parsed_self_consistent")
-"""The leading columns of rewards.csv (one row per completion): the facts the evaluation's parser reads, prefixed
-``parsed_`` so no reward column (``exact_match`` is a reward too) can share a name; one column per reward follows."""
-PROBE_COLUMNS: tuple[str, ...] = tuple(f"probe_{p}" for p in PROBES)
-SUMMARY_COLUMNS: tuple[str, ...] = (
-    "reward", "mean", "std", "zero_variance_groups", "auc_exact_match", "auc_scope", "spearman_abs_error",
-    "shortcut_reward_gap", "format_failure_reward_gap", *PROBE_COLUMNS, "reference_mean",
-)
-AUC_WITHIN = "within views"
-AUC_ACROSS = "across views (k = 1)"
-"""summary.csv: one row per reward column; probe_<name> is the mean payout relative to the faithful trace."""
 PROBE_CHUNK = 256
 """Views per batch of probe completions (the padded probe is 50 kB each, so batches bound the memory)."""
-
-
-@dataclass(frozen=True)
-class Analysis:
-    table: CompletionTable
-    columns: list[str]
-    """Every reward column: totals and combination components."""
-    totals: list[str]
-    """The rewards as named (one total each)."""
-    scores: dict[str, np.ndarray]
-    """Per completion, aligned with the table's rows."""
-    probes: dict[str, dict[str, np.ndarray]]
-    """probe (and ``reference``) -> column -> per-view scores (NaN where the probe does not apply)."""
-    summary: list[dict[str, object]]
-    errors: dict[str, int]
 
 
 def score_probes(rewards: Sequence[tuple[str, RewardFn]], gts: Sequence[dict], chunk: int = PROBE_CHUNK

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from eval.report import figure_png
 from spatialiq_train.core.io import atomic_write_bytes, atomic_write_text, markdown_table
+from spatialiq_train.lab.analysis import SUMMARY_COLUMNS, Analysis
 from spatialiq_train.lab.probes import PROBES
-
-if TYPE_CHECKING:
-    from spatialiq_train.lab.analyze import Analysis
 
 PLOTS: tuple[tuple[str, str], ...] = (
     ("reward_by_correctness.png", "Reward distribution of correct and incorrect completions"),
@@ -128,8 +126,6 @@ def notes(result: Analysis) -> list[str]:
 
 
 def markdown(result: Analysis, meta: dict[str, object]) -> str:
-    from spatialiq_train.lab.analyze import SUMMARY_COLUMNS
-
     t = result.table
     head = [c for c in SUMMARY_COLUMNS if not c.startswith("probe_")]
     probe_cols = ["reward", *(f"probe_{p}" for p in PROBES)]

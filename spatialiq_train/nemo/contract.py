@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.core.errors import UserError
-from spatialiq_train.core.splits import check_held_out, check_split_names
 from spatialiq_train.core.metrics import ACCURACY_REWARD
+from spatialiq_train.core.splits import check_held_out, check_split_names
 from spatialiq_train.nemo.env import TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.recipe_values import NemoValues, PhaseValues
 from spatialiq_train.nemo.settings import SECTION, DataPlan, Phase

@@ -155,7 +155,7 @@ def phase_datasets(recipe: Recipe, name: PhaseName, train_dataset: Any, eval_dat
     val = section_of(recipe, name).validation
     if eval_dataset is None and val.every_steps is not None and d.eval_split is not None:
         if trains_on_traces:  # both splits come from trace files: validation must share no structure with training
-            from spatialiq_train.train.preflight import check_validation_held_out
+            from spatialiq_train.train.held_out import check_validation_held_out
 
             check_validation_held_out(recipe, [split_of(recipe, name)])
         limit = min(x for x in (val.max_samples, d.max_examples, 1 << 62) if x is not None)

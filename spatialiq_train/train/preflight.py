@@ -3,15 +3,14 @@ rather than after its SFT warm-up.
 
 The reward-name check (`reward.registry.check_reward_names`) lives with the rewards. `check_rl_ready` builds the RL
 reward functions and scores one sample row with them, reads the RL split, loads the policy's model config, and
-builds the GRPO config. `check_validation_held_out` refuses a validation split that shares a structure with a training
-split (`spatialiq_train.core.splits.check_held_out`, which the NeMo-RL side calls too).
+builds the GRPO config. The held-out check of the validation split is `train.held_out.check_validation_held_out` (the
+phase runner calls it too, and this module imports the RL phase, which imports the phase runner).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,17 +47,6 @@ def check_rewards_on_row(rewards: Any, row: dict[str, Any], where: str) -> None:
                                  "returns a list with one number (or None) per completion")
         if values[0] is not None and not math.isfinite(values[0]):
             raise PreflightError(f"reward {name!r} returned {values[0]} on {where}; rewards must be finite")
-
-
-def check_validation_held_out(recipe: Recipe, training_splits: Sequence[str]) -> None:
-    """When a phase validates, `data.eval_split` shares no structure with `training_splits` (the trace files of the
-    phases about to train); else a `splits.HeldOutError` naming the files and the count of shared structures."""
-    from spatialiq_train.core.splits import check_held_out
-
-    d = recipe.data
-    validates = any(getattr(recipe, name).validation.every_steps is not None for name in ("sft", "rl"))
-    if validates and d.eval_split is not None:
-        check_held_out(d.traces_dir, d.eval_split, training_splits)
 
 
 def check_model_config(model_path: str, what: str) -> None:

@@ -79,7 +79,8 @@ def run_dapo_tight(
 ) -> Path:
     """Run (or resume) both phases; returns DIR/final. Datasets default to the recipe's trace splits. A finished
     run is complete and a rerun changes nothing; a larger RL step budget needs `extend`."""
-    from spatialiq_train.train.preflight import check_rl_ready, check_validation_held_out
+    from spatialiq_train.train.held_out import check_validation_held_out
+    from spatialiq_train.train.preflight import check_rl_ready
     from spatialiq_train.train.rl import run_rl
     from spatialiq_train.train.sft import run_sft
 

@@ -18,7 +18,8 @@ def test_cuda_variant_id_pass_equals_scalar() -> None:
     import mitsuba as mi
 
     from data_gen.camera import leaf_camera
-    from data_gen.render.base import SceneSpec, get_renderer
+    from data_gen.render.backends import get_renderer
+    from data_gen.render.base import SceneSpec
     from data_gen.visibility import visible_set
     from spatialiq_train.core.views import LEAF_VIEWS
 
