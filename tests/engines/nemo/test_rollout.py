@@ -1,21 +1,23 @@
 """One GRPO step's worth of real v0.7.0 code on our data, with vLLM replaced by fixed completions:
 
 the data loader ``grpo.setup`` built (a real ``StatefulDataLoader`` worker running ``rl_collate_fn``), the
-multimodal flattening (``PackedTensor``), the vLLM prompt formatter, ``create_env`` starting our environments as
-Ray actors, ``calculate_rewards`` inside ``run_multi_turn_rollout``, reward shaping, the leave-one-out baseline and
-the dynamic-sampling filter, ``grpo.validate``; then an HF forward and backward of the tiny model on the flattened
-batch with the assistant-only mask."""
+multimodal flattening (``PackedTensor``), the vLLM prompt formatter, ``create_env`` starting our environments as Ray
+actors, ``calculate_rewards`` inside ``run_multi_turn_rollout``, reward shaping, the leave-one-out baseline and the
+dynamic-sampling filter with the driver's per-view grouping, ``grpo.validate``; then an HF forward and backward of
+the tiny model on the flattened batch with the assistant-only mask."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from _nemo_support import ANSWERS, Placement, PlacementReached, write_all_traces, write_config
 
 from reward.trl import make_trl_reward_funcs
 from spatialiq_train.nemo import driver
 from spatialiq_train.nemo.env import TRAIN_ENV, VAL_ENV
+from spatialiq_train.nemo.grouping import per_view_groups
 
 LONG = "<answer>{a}</answer>" + " 1" * 700
 """About 700 new tokens: inside the released overlong window (penalty only past 2048 - 512 tokens)."""
@@ -97,10 +99,9 @@ def _trl_rewards(weights: dict[str, float], texts: list[str], metadata: list[dic
 
 
 def test_a_grpo_step_on_our_data(rl_state: dict[str, Any], ray_head: str) -> None:
+    import nemo_rl.algorithms.grpo as grpo
     import torch
-    from nemo_rl.algorithms.grpo import dynamic_sampling
     from nemo_rl.algorithms.reward_functions import apply_reward_shaping
-    from nemo_rl.algorithms.utils import calculate_baseline_and_std_per_prompt
     from nemo_rl.data.llm_message_utils import batched_message_log_to_flat_message
     from nemo_rl.data.multimodal_utils import PackedTensor
     from nemo_rl.experience.rollouts import run_multi_turn_rollout
@@ -132,20 +133,27 @@ def test_a_grpo_step_on_our_data(rl_state: dict[str, Any], ray_head: str) -> Non
     before = repeated["total_reward"].clone()
     shaped = apply_reward_shaping(repeated, master.grpo["reward_shaping"])
     assert shaped["total_reward"].tolist() == pytest.approx(before.tolist())  # ~700 tokens: inside the window
-    baseline, std = calculate_baseline_and_std_per_prompt(
-        flat["token_ids"], shaped["total_reward"], torch.ones_like(before),
-        leave_one_out_baseline=master.grpo["use_leave_one_out_baseline"],
-        std_rewards=shaped.get("unshaped_total_reward"))
-    kept, complete, _, _ = dynamic_sampling(shaped, std, baseline, 1, master, Timer())
-    # v0.7.0 groups samples by their prompt's token ids, not by prompt: our 16 views (different images, the same
-    # question, the same image size) tokenise identically, so they form ONE group. The leave-one-out baseline and
-    # the dynamic-sampling spread are then taken over the whole batch, and group 3 (eight identical completions)
-    # is not dropped. docs/cluster.md ("Known limits") says what this means for a run; TRL groups by position.
-    assert len(torch.unique(flat["token_ids"], dim=0)) == 1 and len(set(map(id, batch["vllm_images"]))) == 16
-    assert complete and kept.size == master.grpo["num_prompts_per_step"] * g
+    # v0.7.0 groups samples by their prompt's token ids: our 16 views (different images, the same question, the
+    # same image size) tokenise identically, so without the driver's per-view grouping they are ONE group.
+    assert len(torch.unique(flat["token_ids"], dim=0)) == 1
+    pixels = {np.asarray(im[0] if isinstance(im, list | tuple) else im).tobytes() for im in batch["vllm_images"]}
+    assert len(pixels) == 16  # ... though their images all differ
+    with per_view_groups(master):  # what the driver installs around grpo.setup and grpo_train
+        baseline, std = grpo.calculate_baseline_and_std_per_prompt(
+            flat["token_ids"], shaped["total_reward"], torch.ones_like(before),
+            leave_one_out_baseline=master.grpo["use_leave_one_out_baseline"],
+            std_rewards=shaped.get("unshaped_total_reward"))
+        kept, complete, _, _ = grpo.dynamic_sampling(shaped, std, baseline, 1, master, Timer())
     group3 = slice(3 * g, 4 * g)
-    assert float(std[group3].min()) > 0  # the spread of the whole batch, though group 3's own rewards are equal
-    assert len(set(shaped["total_reward"][group3].tolist())) == 1
+    assert std[group3].abs().max() == 0  # group 3's eight completions agree: no spread
+    assert (std.view(-1, g)[[i for i in range(16) if i != 3]] > 0).all()
+    assert complete and kept.size == master.grpo["num_prompts_per_step"] * g
+    views = [int(i) for i in kept["idx"]][::g]
+    agreeing = int(batch["idx"][3])
+    assert views == [int(i) for i in batch["idx"] if int(i) != agreeing][: master.grpo["num_prompts_per_step"]]
+    loo = shaped["total_reward"].view(-1, g)
+    expected = (loo.sum(1, keepdim=True) - loo) / (g - 1)  # each sample's baseline: the other samples of its view
+    assert torch.allclose(baseline.view(-1, g), expected, atol=1e-6)
 
     _forward_backward(rl_state, shaped, master)
 
@@ -190,3 +198,45 @@ def test_validation_is_exact_match_accuracy(rl_state: dict[str, Any], ray_head: 
     metrics, _ = validate(GenerationFake(tokenizer, texts), rl_state["val_dataloader"], tokenizer, val_to_env,
                           step=0, master_config=master)
     assert metrics["accuracy"] == pytest.approx(sum(1 for i in range(len(texts)) if i % 4) / len(texts))
+
+
+def test_reward_shaping_fires_on_the_dapo_paper_recipe(tmp_path_factory: pytest.TempPathFactory,
+                                                       ray_head: str) -> None:
+    """recipes/experiments/dapo_paper_7b.yaml: its 256-token overlong window sits inside the 1024-token budget, so
+    the real set-up's config makes v0.7.0's ``apply_reward_shaping`` penalise a long answer, linearly from 768
+    tokens to the full penalty at 1024."""
+    import nemo_rl.algorithms.grpo as grpo
+    import torch
+    from nemo_rl.algorithms.reward_functions import apply_reward_shaping
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    from spatialiq_train.core.recipes import SHIPPED_RECIPES, load_recipe
+
+    root = tmp_path_factory.mktemp("paper")
+    data_root = write_all_traces(root / "data", rows=16)
+    recipe_file = SHIPPED_RECIPES / "experiments" / "dapo_paper_7b.yaml"
+    cfg, _ = write_config(str(recipe_file), "rl", data_root, root)
+    import ray
+
+    stop, real = Placement(), grpo.RayVirtualCluster
+    grpo.RayVirtualCluster = stop
+    ray.shutdown()  # the module's set-up left a connection open; the driver makes its own
+    try:
+        with pytest.raises(PlacementReached):
+            driver.run("rl", cfg)
+    finally:
+        grpo.RayVirtualCluster = real
+        ray.shutdown()
+    shaping = stop.state["master_config"].grpo["reward_shaping"]
+    over = load_recipe(recipe_file).rl.overlong
+    budget = over.max_response_length or load_recipe(recipe_file).generation.max_completion_length
+    start = budget - over.buffer_length
+    lengths = [100, start, start + over.buffer_length // 2, budget]
+    batch = BatchedDataDict({
+        "total_reward": torch.ones(len(lengths)),
+        "message_log": [[{"role": "user", "token_ids": torch.ones(5, dtype=torch.long)},
+                         {"role": "assistant", "token_ids": torch.ones(n, dtype=torch.long)}] for n in lengths]})
+    shaped = apply_reward_shaping(batch, shaping)
+    want = [1.0, 1.0, 1.0 - 0.5 * over.penalty, 1.0 - over.penalty]
+    assert shaped["total_reward"].tolist() == pytest.approx(want, abs=1e-6)
+    assert shaped["unshaped_total_reward"].tolist() == [1.0] * 4

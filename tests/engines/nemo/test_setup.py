@@ -56,7 +56,7 @@ def test_generated_config_reaches_gpu_placement(name: str, phase: str, data_root
     ran = master.model_dump() if hasattr(master, "model_dump") else dict(master)
     recipe = load_recipe(name, written["spatialiq"]["recipe_overrides"])
     for path, want in _expected(recipe, phase).items():
-        assert _get(ran, path) == _get(written, path) == want, path
+        assert _get(ran, path) == want, path  # what v0.7.0 runs with, against the recipe itself
     # what the real set-up built from our datasets, before it asked for GPUs
     train_loader = state["dataloader" if phase == "rl" else "train_dataloader"]
     assert len(train_loader.dataset) == ROWS
