@@ -403,7 +403,7 @@ def test_keys_v0_7_0_declares_but_never_reads_are_refused():
             node = node[part]
         node[path.rsplit(".", 1)[1]] = 32 if "size" in path else "x"
         with pytest.raises(nkeys.NemoConfigError, match=rf"key '{re.escape(path)}' has no effect: NeMo-RL v0.7.0 "
-                                                          "declares it but never reads it"):
+                                                          "declares it but its code never reads it"):
             nkeys.check_config(cfg, "grpo")
 
 

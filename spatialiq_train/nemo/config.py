@@ -291,9 +291,9 @@ def grpo_config(v: NemoValues, settings: DriverSettings, nodes: int, gpus_per_no
         "checkpointing": _checkpointing(v, run_dir, plan, "rl"), "cluster": _cluster(nodes, gpus_per_node),
     }
     notes = [f"rl: {note}"] if note else []
-    notes.append("rl: NeMo-RL v0.7.0 groups samples by their prompt's token ids (calculate_baseline_and_std_per_"
-                 "prompt): views whose prompts tokenise alike (the same question, the same image size) share one "
-                 "leave-one-out baseline and one dynamic-sampling spread; see docs/cluster.md, Known limits")
+    notes.append("rl: one GRPO group per view: `spatialiq nemo rl` replaces NeMo-RL v0.7.0's grouping by prompt "
+                 "token ids (under which all views of a batch, one question and one image size, are one group) "
+                 "for the baseline, the advantages and the dynamic-sampling filter; see docs/cluster.md")
     if v.rl_init is None:
         notes.append("rl.init_from is not set: RL starts from (and KL-anchors to) the base model, not an SFT-CoT "
                      "checkpoint; pass --set rl.init_from=HF_DIR (spatialiq nemo convert output)")

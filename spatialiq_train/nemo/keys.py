@@ -7,6 +7,12 @@ key paths of NeMo-RL v0.7.0's config types and shipped example YAMLs that its co
 `data.add_bos`, `logger.tensorboard.log_dir`, ...) is listed under `unread` and refused like a misspelling.
 Paths are dotted; items of a list are written `key[]` (`policy.scheduler[].name`). Keys below an *open*
 mapping (`env`, `policy.optimizer.kwargs`, `policy.generation.vllm_kwargs`, ...) are free-form.
+
+What the check proves: "read" is decided by name, not by path. A declared key counts as read when its last name is
+read anywhere in `nemo_rl/` (so `enabled` read under one section counts for every declared `*.enabled`), except
+the keys found by reading the code to be ignored at their own path (`UNREAD_AT_PATH` in the tool). A refusal is
+certain; an accepted key is declared and its name is read somewhere. The refusal messages say which of the two
+failed.
 """
 
 from __future__ import annotations
@@ -124,12 +130,13 @@ def check_config(config: dict, algorithm: Algorithm, source: str = "<config>") -
     problems = []
     for path in unknown_keys(config, key_set):
         if path in key_set.unread:
-            problems.append(f"key '{path}' has no effect: NeMo-RL {key_set.tag} declares it but never reads it "
-                            f"({key_set.unread[path]})")
+            problems.append(f"key '{path}' has no effect: NeMo-RL {key_set.tag} declares it but its code never "
+                            f"reads it ({key_set.unread[path]})")
             continue
         near = nearest(path, key_set)
         hint = f"; nearest valid: {', '.join(near)}" if near else ""
-        problems.append(f"unknown key '{path}' (NeMo-RL {key_set.tag} would silently ignore it{hint})")
+        problems.append(f"unknown key '{path}' (no config type or example of NeMo-RL {key_set.tag} declares this "
+                        f"path: it would be silently ignored{hint})")
     problems.extend(f"missing key '{p}' (required by NeMo-RL {key_set.tag})" for p in missing_keys(config, key_set))
     if problems:
         raise NemoConfigError(f"{source}: invalid NeMo-RL {algorithm} config: " + "; ".join(problems))
