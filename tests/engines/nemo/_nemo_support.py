@@ -72,7 +72,7 @@ def recipe_sets(data_root: Path, out: Path, *extra: str) -> list[str]:
 def write_config(name: str, phase: str, data_root: Path, out: Path, nodes: int = 1, gpus: int = 4,
                  extra: tuple[str, ...] = ()) -> tuple[Path, dict[str, Any]]:
     """``spatialiq recipes nemo-rl`` as a user runs it; returns the file and what it holds."""
-    cfg = out / f"{name}-{phase}.yaml"
+    cfg = out / f"{Path(name).stem}-{phase}.yaml"
     args = ["recipes", "nemo-rl", name, "--out", str(cfg), "--phase", phase, "--nodes", str(nodes),
             "--gpus-per-node", str(gpus)]
     for item in recipe_sets(data_root, out / "run", *extra):
