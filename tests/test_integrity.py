@@ -101,3 +101,102 @@ def test_a_parquet_only_dataset_is_checked_against_its_shards_and_read(bench: Pa
                                    "--no-require-images"])
     assert res.exit_code == 2 and f"data/{shard.name} does not match the sha256 recorded" in res.output, res.output
     assert not (tmp_path / "t2").exists()
+
+
+def _with_images(data: Path) -> Path:
+    from PIL import Image
+
+    for gt in data.rglob("gt.json"):
+        Image.new("RGB", (64, 64), (120, 80, 40)).save(gt.parent / "view.png")
+    return data
+
+
+def _sample(model: Path | str, data: Path, out: Path, *extra: str):  # noqa: ANN202
+    return CliRunner().invoke(app, ["eval", "sample", "--model", str(model), "--data", str(data), "--out", str(out),
+                                    "--engine", "transformers", "--k", "1", "--max-new-tokens", "2", "--limit", "1",
+                                    *extra])
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("torch")
+    from spatialiq_train.tiny import save_tiny
+
+    return save_tiny(tmp_path_factory.mktemp("tiny") / "run" / "final", seed=0)
+
+
+def test_completions_record_their_dataset_and_refuse_another(tiny: Path, tmp_path: Path) -> None:
+    """Two sets sharing view keys: resuming set A's file with set B, or scoring it against B, is refused naming
+    both; the metrics of a right pairing carry the weights digest the completions were sampled from."""
+    from eval.provenance import provenance_path
+    from spatialiq_train.core.weights import checkpoint_digest
+
+    a = _with_images(make_dataset(tmp_path / "a", structures=1, seed=0))
+    b = _with_images(make_dataset(tmp_path / "b", structures=1, seed=1))
+    out = tmp_path / "c.jsonl"
+    assert (res := _sample(tiny, a, out)).exit_code == 0, res.output
+    record = json.loads(provenance_path(out).read_text())
+    assert record["data"]["path"] == str(a.resolve()) and len(record["data"]["truth_digest"]) == 64
+    lines = out.read_bytes()
+    res = _sample(tiny, b, out)
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 2 and "dataset:" in flat and str(a.resolve()) in flat and str(b.resolve()) in flat, flat
+    assert out.read_bytes() == lines
+    res = CliRunner().invoke(app, ["eval", "score", "--completions", str(out), "--data", str(b), "--out",
+                                   str(tmp_path / "ob"), "--name", "m", "--limit", "1"])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 2 and f"sampled from {a.resolve()}" in flat and f"--data gives {b.resolve()}" in flat
+    assert not (tmp_path / "ob").exists()
+    res = CliRunner().invoke(app, ["eval", "score", "--completions", str(out), "--data", str(a), "--out",
+                                   str(tmp_path / "oa"), "--name", "m", "--limit", "1"])
+    assert res.exit_code == 0, res.output
+    metrics = json.loads((tmp_path / "oa" / "metrics_m.json").read_text())
+    assert metrics["model_digest"] == checkpoint_digest(tiny) and metrics["model"] == str(tiny.resolve())
+
+
+def test_a_refused_sample_writes_nothing_and_a_retry_with_other_settings_runs(tiny: Path, tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "d", structures=1)  # no images yet
+    out = tmp_path / "c.jsonl"
+    res = _sample(tiny, data, out)
+    assert res.exit_code == 2 and "has no image" in res.output, res.output
+    assert not out.exists() and not Path(f"{out}.provenance.json").exists()
+    _with_images(data)
+    res = _sample(tiny, data, out, "--engine", "vllm")  # vLLM is not installed here
+    assert res.exit_code != 0 and "vllm" in res.output.lower(), res.output
+    assert not out.exists() and not Path(f"{out}.provenance.json").exists()
+    res = _sample(tiny, data, out, "--temperature", "0.7")
+    assert res.exit_code == 0 and "1 written" in res.output, res.output
+
+
+def test_a_hub_id_that_cannot_be_fetched_is_a_clean_error_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = _with_images(make_dataset(tmp_path / "d", structures=1))
+    out = tmp_path / "c.jsonl"
+    res = _sample("no-such-org/no-such-model", data, out)
+    assert res.exit_code == 2 and res.output.startswith("error: ") and "no-such-org/no-such-model" in res.output
+    assert "Traceback" not in res.output and "PosixPath" not in res.output, res.output
+    assert not out.exists() and not Path(f"{out}.provenance.json").exists()
+
+
+def test_a_hub_id_is_recorded_as_the_id_with_its_cached_revision(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+
+    from eval.provenance import model_record, sampling_record
+    from eval.sample import SamplingConfig
+    from spatialiq_train.core.weights import checkpoint_digest
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert model_record(Path("org/backbone")) == {"model": "org/backbone", "model_digest": None,
+                                                  "model_revision": None}
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    snap = tmp_path / "hub" / "models--org--backbone" / "snapshots" / rev
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text('{"model_type": "qwen2_5_vl"}')
+    (tmp_path / "hub" / "models--org--backbone" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--backbone" / "refs" / "main").write_text(rev)
+    record = sampling_record(Path("org/backbone"), SamplingConfig(), {"truth_digest": "x"})
+    json.dumps(record)  # a Path given by the CLI is recorded as text
+    assert record["model"] == "org/backbone" and record["model_revision"] == rev
+    assert record["model_digest"] == checkpoint_digest(snap)
