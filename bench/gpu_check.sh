@@ -14,6 +14,9 @@
 # Each stage has a time limit (STAGE_LIMITS below); they add up to the default budget (570 s, about 10 minutes of
 # GPU time), and a --budget below their sum is refused (exit 2): a late stage loses at most the seconds the script
 # spends between stages and the 10 s grace of an earlier stage that was killed, never a whole stage's time.
+# SPATIALIQ_GPU_CHECK_LIMITS="NAME:SECONDS ..." overrides limits (e.g. a loaded machine, or tests).
+# Runs in the GPU-node environment (pip install -e '.[train,render,gpu]': the gpu extra brings pytest); a missing
+# pytest fails the pytest stages with that install named.
 # Exit status: 0 only when a GPU is visible and every stage passed; 1 when a stage failed or did not run (SKIP,
 # e.g. every test of a pytest stage skipped). Without a CUDA GPU the two cheap stages still run, every GPU stage
 # reports SKIP with the reason, and the script ends with "no GPU: nothing was checked" and exit 1 (--run-pytest
@@ -38,10 +41,25 @@ while [ $# -gt 0 ]; do
         --run-pytest) RUN_PYTEST=1 ;;
         --out) OUT=$2; shift ;;
         --budget) BUDGET=$2; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "error: unknown argument $1 (expected --dry-run, --run-pytest, --out DIR, --budget SECONDS)" >&2; exit 2 ;;
     esac
     shift
+done
+
+for override in ${SPATIALIQ_GPU_CHECK_LIMITS:-}; do
+    name=${override%%:*} seconds=${override#*:}
+    known=0
+    for i in "${!STAGE_LIMITS[@]}"; do
+        if [ "${STAGE_LIMITS[$i]%%:*}" = "$name" ]; then
+            known=1
+            STAGE_LIMITS[i]="$name:$seconds"
+        fi
+    done
+    if [ "$known" = 0 ] || [ "$override" = "$name" ] || ! [ "$seconds" -gt 0 ] 2>/dev/null; then
+        echo "error: SPATIALIQ_GPU_CHECK_LIMITS entry '$override': expected NAME:SECONDS, NAME a stage of STAGE_LIMITS in $0 and SECONDS a whole number above 0" >&2
+        exit 2
+    fi
 done
 
 LIMIT_SUM=0
@@ -77,6 +95,11 @@ export SPATIALIQ_GPU_FIGURES="$OUT/figures.jsonl"
 : > "$SPATIALIQ_GPU_FIGURES"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+
+PYTEST_MISSING=""
+if ! "$PY" -c 'import pytest' >/dev/null 2>&1; then
+    PYTEST_MISSING="pytest is not installed for $PY: install the GPU-node environment, pip install -e '.[train,render,gpu]' (docs/training.md)"
+fi
 
 SKIP_REASON=""
 if [ "$DRY" = 1 ]; then
@@ -116,6 +139,10 @@ run_stage() {
     fi
     if [ "$limit" -gt "$remaining" ]; then
         limit=$remaining
+    fi
+    if [ "${2:-}" = -m ] && [ "${3:-}" = pytest ] && [ -n "$PYTEST_MISSING" ]; then
+        record "$name" FAIL 0 "$PYTEST_MISSING"
+        return
     fi
     local t0=$SECONDS rc=0
     timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1 || rc=$?
@@ -200,13 +227,15 @@ passed = len(rows) - len(failed) - len(not_run)
 print(f"\n{passed} passed, {len(not_run)} skipped, {len(failed)} failed of {len(rows)} stages (budget {budget} s); "
       f"logs under {out}")
 if failed:
+    print(f"failed: {', '.join(failed)} (see the detail column)")
+if no_gpu and not dry:  # the last line whenever no GPU was visible, whatever else failed
+    print(f"no GPU: nothing was checked ({no_gpu})")
+    sys.exit(1)
+if failed:
     sys.exit(1)
 if dry:
     print(f"dry run: the script and the cheap stages checked, no GPU stage run ({len(not_run)} skipped)")
     sys.exit(0)
-if no_gpu:
-    print(f"no GPU: nothing was checked ({no_gpu})")
-    sys.exit(1)
 if not_run:
     print(f"not checked: {', '.join(not_run)} did not run (see the detail column)")
     sys.exit(1)

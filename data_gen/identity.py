@@ -16,11 +16,17 @@ from typing import Any
 
 from data_gen.config import GenConfig, GenerationError
 from spatialiq_train.core.dataset import GEN_CONFIG_FILE
+from spatialiq_train.core.errors import EXIT_USAGE
 from spatialiq_train.core.io import atomic_write_json, read_json
 
 RENDER_MODULES = {"mitsuba": ("mitsuba", "render"), "isaacsim": ("isaacsim", "isaacsim")}
 """Importable module and pip extra of each rendering backend."""
 _PINNED_VARIANTS = ("scalar_rgb", "llvm_ad_rgb", "cuda_ad_rgb")
+
+
+def _refusal(message: str) -> GenerationError:
+    """A refusal before any work: the arguments, or the dataset or machine they do not match (bad input, exit 2)."""
+    return GenerationError(message, exit_code=EXIT_USAGE)
 
 
 def check_gen_config(out: Path, cfg: GenConfig, backend: dict[str, Any] | None = None) -> None:
@@ -36,7 +42,7 @@ def check_gen_config(out: Path, cfg: GenConfig, backend: dict[str, Any] | None =
         for key, value in cfg.identity().items():
             if old.get(key) != value:
                 flag = "--" + key.replace("_", "-")
-                raise GenerationError(
+                raise _refusal(
                     f"{out} was generated with {flag} {old.get(key)!r}, this run asks for {value!r}; "
                     f"rerun with {flag} {old.get(key)!r} to resume, or use a new --out directory")
         if backend is not None:
@@ -59,19 +65,19 @@ def check_backend(recorded: dict[str, Any], current: dict[str, Any], where: str)
         return
     was, now = recorded.get("renderer"), current.get("renderer")
     if was != now:
-        raise GenerationError(f"{where} was rendered with renderer {was!r}; this run renders with {now!r}; "
+        raise _refusal(f"{where} was rendered with renderer {was!r}; this run renders with {now!r}; "
                               "use the same renderer or another --out")
     if recorded.get("variant") != current.get("variant"):
-        raise GenerationError(
+        raise _refusal(
             f"{where}: this dataset was rendered with {recorded.get('variant')}; this machine resolves "
             f"{current.get('variant')}; pass --render-variant {recorded.get('variant')} or use another --out")
     if recorded.get("version") != current.get("version"):
-        raise GenerationError(
+        raise _refusal(
             f"{where}: this dataset was rendered with {was} {recorded.get('version')}; this machine has {was} "
             f"{current.get('version')}; install {was}=={recorded.get('version')} or use another --out")
     _check_device(recorded.get("device"), current.get("device"), where)
     odd = sorted(k for k in {*recorded, *current} if recorded.get(k) != current.get(k))
-    raise GenerationError(f"{where}: render backend field(s) {', '.join(odd)} differ: recorded {recorded}, "
+    raise _refusal(f"{where}: render backend field(s) {', '.join(odd)} differ: recorded {recorded}, "
                           f"this machine {current}; use a matching machine or another --out")
 
 
@@ -81,14 +87,14 @@ def _check_device(recorded: dict[str, Any] | None, current: dict[str, Any] | Non
         return
     if recorded is None or current is None:
         missing = "the recorded backend" if recorded is None else "this machine's backend"
-        raise GenerationError(
+        raise _refusal(
             f"{where}: {missing} has no render device identity ('device'), so it is unknown whether images rendered "
             "here match the recorded ones; render on the machine kind that wrote the dataset with this version of "
             "spatialiq, or use another --out")
     fields = [k for k in (*recorded, *(k for k in current if k not in recorded)) if recorded.get(k) != current.get(k)]
     was = ", ".join(f"{k} {recorded.get(k)!r}" for k in fields)
     now = ", ".join(f"{k} {current.get(k)!r}" for k in fields)
-    raise GenerationError(
+    raise _refusal(
         f"{where}: this dataset was rendered on a device with {was}; this machine has {now}; images differ between "
         "such machines (ground truth does not), so shards must not mix: run it on a node matching the recorded "
         "device, or use another --out")
@@ -144,7 +150,7 @@ def make_renderer(cfg: GenConfig) -> Any:
     except RuntimeError as exc:
         if cfg.renderer != "mitsuba":
             raise
-        raise GenerationError(f"--render-variant {cfg.render_variant}: {exc}") from exc
+        raise _refusal(f"--render-variant {cfg.render_variant}: {exc}") from exc
 
 
 def close_renderer(renderer: Any) -> None:
@@ -161,7 +167,7 @@ def _importable(module: str) -> bool:
 def _missing(cfg: GenConfig, reason: str) -> GenerationError:
     extra = RENDER_MODULES[cfg.renderer][1]
     hint = "" if "pip install" in reason else f"; install it with: pip install -e '.[{extra}]'"
-    return GenerationError(f"--renderer {cfg.renderer} is unavailable ({reason}){hint}")
+    return _refusal(f"--renderer {cfg.renderer} is unavailable ({reason}){hint}")
 
 
 def _resolve_variant(cfg: GenConfig) -> str | None:
@@ -178,7 +184,7 @@ def _resolve_variant(cfg: GenConfig) -> str | None:
     except ImportError as exc:
         raise _missing(cfg, str(exc)) from exc
     except RuntimeError as exc:
-        raise GenerationError(f"--render-variant {cfg.render_variant}: {exc}") from exc
+        raise _refusal(f"--render-variant {cfg.render_variant}: {exc}") from exc
 
 
 def _backend_version(name: str) -> str | None:

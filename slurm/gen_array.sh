@@ -30,7 +30,28 @@ shift 5
 extra=("$@")
 cpus=${SIQ_CPUS:-8}
 dry=${DRY_RUN:-0}
-if [[ $dry != 0 && $dry != 1 ]]; then echo "error: DRY_RUN=$dry: expected 1 (print the plan) or 0" >&2; exit 2; fi
+die() { echo "error: $*" >&2; exit 2; }
+if [[ $dry != 0 && $dry != 1 ]]; then die "DRY_RUN=$dry: expected 1 (print the plan) or 0"; fi
+
+# The arguments, checked before anything is created or submitted (DRY_RUN too), as spatialiq gen would check them.
+count() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 $2: expected a whole number >= 1"; }
+[[ -n $out ]] || die "OUT is empty: expected the dataset folder"
+count STRUCTURES "$structures"
+[[ $seed =~ ^[0-9]+$ ]] || die "SEED $seed: expected a whole number >= 0"
+[[ $split == train || $split == benchmark ]] || die "SPLIT $split: expected train or benchmark"
+count NUM_SHARDS "$shards"
+count SIQ_CPUS "$cpus"
+for ((i = 0; i < ${#extra[@]}; i++)); do
+  name=${extra[i]%%=*} value=
+  if [[ ${extra[i]} == *=* ]]; then value=${extra[i]#*=}; else value=${extra[i + 1]:-}; fi
+  case $name in
+    --renderer) [[ $value =~ ^(none|mitsuba|isaacsim)$ ]] || die "--renderer '$value': expected none, mitsuba or isaacsim";;
+    --object-type) [[ $value =~ ^(cube|can)$ ]] || die "--object-type '$value': expected cube or can";;
+    --resolution) count --resolution "$value";;
+    --out | --structures | --seed | --split | --num-shards | --shard | --workers | --plan-only | --verify)
+      die "$name: set by this script (OUT STRUCTURES SEED SPLIT NUM_SHARDS; --workers is SIQ_CPUS); leave it out";;
+  esac
+done
 setup=${SIQ_ENV:+source "$SIQ_ENV" && }
 
 common=(--parsable --cpus-per-task="$cpus" --time="${SIQ_TIME:-04:00:00}" --output="$out/slurm/%x-%A_%a.log")

@@ -32,7 +32,8 @@
 #              `spatialiq recipes nemo-rl` itself, run with SIQ_PYTHON, default python3, into a temporary file),
 #              print the container environment and mounts and every command (sbatch, srun, container, driver),
 #              and exit 0; nothing is created or submitted. A bad value exits 2 with the reason. A real submission
-#              runs the same checks first (the recipe check when SIQ_PYTHON can import the project).
+#              runs the same checks first (the recipe check when SIQ_PYTHON can import the project), and the
+#              training scripts check that DATA, its traces folder and (PHASE=rl) INIT_FROM exist.
 #   Ray: HEAD_IP (default: the head node's IPv4 address from getent), RAY_NOFILE (65535: `ulimit -n` of every Ray
 #   process), RAY_WAIT_S (1800: how long to wait for all Ray nodes, first image pulls included; polled every
 #   RAY_POLL_S, 10, seconds), and the ports, all
@@ -341,13 +342,33 @@ siq_train_check() {
   rm -rf "$tmp"
 }
 
+# What the job reads exists, checked before sbatch (DRY_RUN too) and again inside the job: DATA, its traces folder
+# and, for PHASE=rl, INIT_FROM (unless none). A submission waiting on another job (DEPENDENCY with after...) may name
+# an INIT_FROM that job writes: a note says so, and the job checks it when it starts.
+siq_train_inputs() {
+  [[ -d $DATA ]] || siq_die "DATA=$DATA does not exist: set DATA to the folder holding scenes/ (spatialiq gen)" \
+    "and traces/ (spatialiq traces); docs/cluster.md"
+  local traces=${TRACES_DIR:-$DATA/traces/$TRACES}
+  [[ -d $traces ]] || siq_die "traces folder $traces does not exist: write it with \`spatialiq traces\`" \
+    "(docs/cluster.md), or set TRACES_DIR"
+  [[ $PHASE == rl && ${INIT_FROM:-none} != none && ! -f $INIT_FROM/config.json ]] || return 0
+  if [[ -z ${SLURM_JOB_ID:-} && ${DEPENDENCY:-} == *after* ]]; then
+    echo "note: INIT_FROM=$INIT_FROM holds no checkpoint yet; with DEPENDENCY=$DEPENDENCY the job checks it" \
+      "when it starts" >&2
+    return 0
+  fi
+  siq_die "INIT_FROM=$INIT_FROM holds no HF checkpoint (config.json); run the SFT warm-up (PHASE=sft) and" \
+    "slurm/convert.sh first, or set INIT_FROM=none to start from the base model"
+}
+
+# The training scripts' checks: the recipe (`recipes nemo-rl`), then the inputs.
+siq_train_checks() {
+  siq_train_check
+  siq_train_inputs
+}
+
 # Body of the training scripts: $PHASE (rl|sft) of $RECIPE on the data under $DATA, run folder $OUT.
 siq_train_job() {
-  if [[ $PHASE == rl && ${INIT_FROM:-none} != none && $DRY_RUN != 1 && ! -f $INIT_FROM/config.json ]]; then
-    echo "error: INIT_FROM=$INIT_FROM holds no HF checkpoint (config.json); run the SFT warm-up" \
-      "(PHASE=sft) and slurm/convert.sh first, or set INIT_FROM=none to start from the base model" >&2
-    return 2
-  fi
   siq_train_sets
   siq_ray_job "$PHASE" "${SIQ_SETS[@]}"
 }
@@ -358,5 +379,5 @@ siq_train_main() {  # $1: the script's file name in PROJECT/slurm
   [[ $PHASE == rl || $PHASE == sft ]] || siq_die "PHASE=$PHASE: expected rl or sft"
   [[ -n ${RECIPE:-} ]] || siq_die "RECIPE is empty: expected a shipped recipe name or a recipe YAML path"
   : "${INIT_FROM:=$OUT/nemo_rl/sft/hf}"
-  siq_main "$1" siq_train_job siq_train_check
+  siq_main "$1" siq_train_job siq_train_checks
 }

@@ -109,3 +109,38 @@ def test_demo_refuses_an_unknown_reward_before_any_work(tmp_path: Path) -> None:
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert result.exit_code == 2 and len(errors) == 1 and "reward.weights.no_such_reward" in errors[0], result.output
     assert not (tmp_path / "d").exists()
+
+
+def test_demo_rerun_keeps_the_recorded_render_variant_and_offers_the_option(tmp_path: Path, monkeypatch) -> None:
+    """Once another Mitsuba variant resolves here (e.g. libllvm19 installed), a rerun continues with the variant the
+    datasets were rendered with; gen's refusal names `--render-variant`, which the demo has too."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import spatialiq_train.cli.demo as demo_mod
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr("spatialiq_train.cli.steps.run_step", lambda args, verbose=False: ran.append(args) or 0)
+    out = tmp_path / "demo"
+    (out / "data-train").mkdir(parents=True)
+    (out / "data-train" / "gen_config.json").write_text(json.dumps(
+        {"structures": 40, "render_backend": {"renderer": "mitsuba", "variant": "scalar_rgb"}}))
+    result = CliRunner().invoke(app, ["demo", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    gens = [a for a in ran if a[0] == "gen"]
+    assert len(gens) == 2 and all(a[a.index("--render-variant") + 1] == "scalar_rgb" for a in gens), gens
+    ran.clear()
+    result = CliRunner().invoke(app, ["demo", "--out", str(out), "--render-variant", "llvm_ad_rgb"])
+    assert result.exit_code == 0 and ran[0][ran[0].index("--render-variant") + 1] == "llvm_ad_rgb"
+    assert demo_mod.recorded_variant(tmp_path / "nothing") is None
+
+
+@pytest.mark.parametrize("kind", ["plain", "cot"])
+def test_demo_report_says_which_trace_kind_it_trained_on(tmp_path: Path, kind: str) -> None:
+    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu", kind)
+    score = next(a for a in steps if a[:2] == ["eval", "score"])
+    note = score[score.index("--note") + 1]
+    assert f"trained on {kind.replace('cot', 'CoT')} traces (--kind {kind}" in note
+    if kind == "plain":  # the report's n/a sub-task columns and shortcut rate 1.000 are explained
+        assert "sub-task columns read n/a" in note and "shortcut rate" in note and "1.000" in note

@@ -269,6 +269,12 @@ def test_cli_gen_end_to_end(tmp_path: Path, truth: types.ModuleType) -> None:
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     shard = manifest["shards"][0]
     assert shard["sha256"] == sha256_file(tmp_path / shard["path"])
+    # a rerun with other arguments is a bad-input refusal: exit 2 (the CLI's promise), nothing changed
+    before = sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
+    result = CliRunner().invoke(app, ["gen", "--out", str(tmp_path), "--structures", "2", "--seed", "6", "--split",
+                                      "train", "--resolution", str(RES), "--quiet"])
+    assert result.exit_code == 2 and "was generated with --seed 5, this run asks for 6" in result.output
+    assert sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
 
 
 def test_renderer_writes_png_and_image_column(tmp_path: Path, truth: types.ModuleType) -> None:

@@ -1,5 +1,7 @@
 """bench/gpu_check.sh on a machine without a GPU: the cheap stages run, every GPU stage is skipped with the
-reason, and the script says that nothing was checked and fails; a dry run exits 0; the stage limits fit the budget."""
+reason, and the script says that nothing was checked and fails; a dry run exits 0; the stage limits fit the budget.
+No test depends on how fast this machine is: the stages that run for real get generous limits
+(SPATIALIQ_GPU_CHECK_LIMITS), and a timeout is injected through a fake `timeout` command, never waited for."""
 
 from __future__ import annotations
 
@@ -19,11 +21,21 @@ GPU_STAGES = ("mitsuba-cuda", "vllm-sample", "grpo-vllm", "sft-zero3", "train-7b
 CHEAP_STAGES = ("gpu-tests-collect", "train-plan")
 
 
-def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+GENEROUS = " ".join(f"{stage}:900" for stage in (*CHEAP_STAGES, *GPU_STAGES))
+"""Stage limits no loaded machine reaches (the default budget becomes their sum)."""
+
+
+def _run(tmp_path: Path, *args: str, limits: str | None = GENEROUS, path: str | None = None,
+         pythonpath: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHON": sys.executable,
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(["bash", str(SCRIPT), *args, "--out", str(tmp_path)], env=env, capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
+           "PYTHONPATH": os.pathsep.join([*pythonpath, str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("SPATIALIQ_GPU_CHECK_LIMITS", None)
+    if limits is not None:
+        env["SPATIALIQ_GPU_CHECK_LIMITS"] = limits
+    if path is not None:
+        env["PATH"] = f"{path}{os.pathsep}{env['PATH']}"
+    return subprocess.run(["bash", str(SCRIPT), *args, "--out", str(tmp_path / "out")], env=env,
+                          capture_output=True, text=True, timeout=1800, cwd=REPO)
 
 
 def _table(stdout: str) -> dict[str, list[str]]:
@@ -51,7 +63,7 @@ def test_without_a_gpu_nothing_is_checked_and_the_script_fails(tmp_path: Path) -
         status, _, reason = rows[stage]
         assert status == "SKIP" and "no CUDA GPU" in reason, (stage, rows[stage])
     assert "2 passed, 5 skipped, 0 failed of 7 stages" in proc.stdout
-    plan = json.loads((tmp_path / "train_plan.json").read_text())
+    plan = json.loads((tmp_path / "out" / "train_plan.json").read_text())
     assert 8.0e9 < plan["parameters"] < 8.6e9  # Qwen2.5-VL-7B: 8.29 B with the vision tower
     assert (plan["image_tokens"], plan["rl_completion_tokens"]) == (256, 1024)
 
@@ -81,9 +93,57 @@ def test_stage_limits_add_up_to_the_default_budget_and_cover_every_stage() -> No
 
 
 def test_a_budget_below_the_stage_limits_is_refused(tmp_path: Path) -> None:
-    proc = _run(tmp_path, "--budget", "100")
+    proc = _run(tmp_path, "--budget", "100", limits=None)
     assert proc.returncode == 2
-    assert "at least the stage limits' sum 570" in proc.stderr and not (tmp_path / "results.tsv").exists()
+    assert "at least the stage limits' sum 570" in proc.stderr and not (tmp_path / "out" / "results.tsv").exists()
+    proc = _run(tmp_path, "--budget", "600", limits="train-plan:100")  # an override counts in the sum: 650
+    assert proc.returncode == 2 and "at least the stage limits' sum 650" in proc.stderr
+
+
+@pytest.mark.parametrize("entry", ["nosuch:5", "train-plan:0", "train-plan:ten", "train-plan"])
+def test_a_bad_limit_override_is_refused_naming_it(tmp_path: Path, entry: str) -> None:
+    proc = _run(tmp_path, "--dry-run", limits=f"mitsuba-cuda:60 {entry}")
+    assert proc.returncode == 2, proc.stdout
+    assert f"SPATIALIQ_GPU_CHECK_LIMITS entry '{entry}': expected NAME:SECONDS" in proc.stderr
+    assert not (tmp_path / "out" / "results.tsv").exists()
+
+
+FAKE_TIMEOUT = """#!/usr/bin/env bash
+# timeout --kill-after=10 LIMIT COMMAND...: logs the limit and the command, runs nothing, reports a timeout
+echo "$2 ${*:3}" >> "$SIQ_TIMEOUT_LOG"
+exit 124
+"""
+
+
+def test_a_stage_past_its_limit_fails_naming_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    (fakes / "timeout").write_text(FAKE_TIMEOUT)
+    (fakes / "timeout").chmod(0o755)
+    monkeypatch.setenv("SIQ_TIMEOUT_LOG", str(tmp_path / "timeouts.log"))
+    proc = _run(tmp_path, "--dry-run", limits="train-plan:33", path=str(fakes))
+    assert proc.returncode == 1, proc.stdout
+    rows = _table(proc.stdout)
+    assert rows["gpu-tests-collect"][0] == "FAIL" and "timed out after 20s" in rows["gpu-tests-collect"][2], rows
+    assert rows["train-plan"][0] == "FAIL" and "timed out after 33s" in rows["train-plan"][2], rows
+    calls = (tmp_path / "timeouts.log").read_text().splitlines()
+    assert [c.split()[0] for c in calls] == ["20", "33"] and "--collect-only" in calls[0], calls
+    assert "failed: gpu-tests-collect, train-plan" in proc.stdout
+
+
+@pytest.mark.slow
+def test_without_pytest_the_pytest_stages_name_the_install_and_no_gpu_is_still_said(tmp_path: Path) -> None:
+    _no_gpu()
+    shadow = tmp_path / "shadow" / "pytest"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'pytest\'", name="pytest")\n')
+    proc = _run(tmp_path, pythonpath=(str(shadow.parent),))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = _table(proc.stdout)
+    status, _, detail = rows["gpu-tests-collect"]
+    assert status == "FAIL" and "pytest is not installed" in detail and "'.[train,render,gpu]'" in detail, detail
+    assert rows["train-plan"][0] == "PASS"
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("no GPU: nothing was checked"), proc.stdout[-1500:]
 
 
 def test_shellcheck_is_clean() -> None:

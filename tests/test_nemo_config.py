@@ -419,3 +419,29 @@ def test_the_unread_keys_are_what_the_v0_7_0_code_reads(shared_dir, tmp_path):
     assert json.loads(out.read_text()) == json.loads(nkeys.KEYS_FILE.read_text())
     unread = json.loads(out.read_text())["algorithms"]["grpo"]["unread"]
     assert {"policy.generation_batch_size", "data.add_bos", "logger.tensorboard.log_dir"} <= set(unread)
+
+
+def test_recipes_nemo_rl_refuses_what_the_driver_refuses_before_writing(tmp_path):
+    """`recipes nemo-rl` and the driver share one held-out check (contract.check_held_out_plan), so `DRY_RUN=1`
+    job scripts catch a validation split that is (or shares structures with) the training split."""
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    out = tmp_path / "dapo.yaml"
+    res = CliRunner().invoke(app, ["recipes", "nemo-rl", "dapo_tight_7b", "--out", str(out), "--set",
+                                   "data.eval_split=rl"])
+    assert res.exit_code == 2 and "data.eval_split 'rl' is also a training split" in res.output, res.output
+    assert not out.exists()
+    traces = tmp_path / "traces"  # trace files on this machine: their structures are compared, as the driver does
+    traces.mkdir()
+    (traces / "rl.jsonl").write_text('{"structure_id": "s1"}\n{"structure_id": "s2"}\n')
+    (traces / "val.jsonl").write_text('{"structure_id": "s2"}\n{"structure_id": "s3"}\n')
+    res = CliRunner().invoke(app, ["recipes", "nemo-rl", "dapo_tight_7b", "--out", str(out), "--set",
+                                   f"data.traces_dir={traces}"])
+    assert res.exit_code == 2 and "val.jsonl shares 1 of its 2 structures with training split 'rl'" in res.output
+    assert not out.exists()
+    (traces / "val.jsonl").write_text('{"structure_id": "s3"}\n')
+    res = CliRunner().invoke(app, ["recipes", "nemo-rl", "dapo_tight_7b", "--out", str(out), "--set",
+                                   f"data.traces_dir={traces}"])
+    assert res.exit_code == 0 and out.is_file(), res.output

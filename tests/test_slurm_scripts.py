@@ -64,8 +64,14 @@ def fake_slurm(tmp_path):
                        ("getent", FAKE_GETENT)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    (tmp_path / "data").mkdir()
+    for kind in ("cot", "plain"):  # the traces the training scripts read (held-out parts: distinct structures)
+        traces = tmp_path / "data" / "traces" / kind
+        traces.mkdir(parents=True)
+        for split in ("train", "warmup", "rl", "val"):
+            (traces / f"{split}.jsonl").write_text(f'{{"structure_id": "{split}-0"}}\n')
     (tmp_path / "hf_home").mkdir()
+    (tmp_path / "sft_ckpt").mkdir()  # the RL scripts' INIT_FROM unless a test sets another
+    (tmp_path / "sft_ckpt" / "config.json").write_text("{}")
     return tmp_path
 
 
@@ -78,7 +84,7 @@ def run(script: str | Path, tmp: Path, nodes: int, *, in_job: bool, cwd: Path | 
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SIQ_", "HF_", "RAY_"))}
     base.update(PATH=f"{tmp / 'bin'}:{os.environ['PATH']}", FAKE_LOG=str(log), FAKE_NODES=str(nodes),
                 NODES=str(nodes), DATA=str(tmp / "data"), OUT=str(tmp / "out"), ACCOUNT="acct", PARTITION="gpu",
-                HF_HOME=str(tmp / "hf_home"), SIQ_PYTHON=sys.executable)
+                HF_HOME=str(tmp / "hf_home"), SIQ_PYTHON=sys.executable, INIT_FROM=str(tmp / "sft_ckpt"))
     if in_job:
         base.update(SLURM_JOB_ID="77", SLURM_JOB_NODELIST=f"gpu[0-{nodes - 1}]", SLURM_JOB_NUM_NODES=str(nodes),
                     SIQ_PROJECT=str(ROOT))
@@ -305,8 +311,9 @@ def test_relative_mount_paths_are_refused(fake_slurm, var):
 
 
 def test_job_refuses_a_missing_mount_source(fake_slurm):
-    proc, calls = run("sft_cot_32b.sh", fake_slurm, 1, in_job=True, DATA=str(fake_slurm / "nodata"))
-    assert proc.returncode == 2 and calls == [] and f"mount source {fake_slurm}/nodata" in proc.stderr
+    missing = fake_slurm / "nodata"  # (a missing DATA is refused earlier, by name: see the inputs test)
+    proc, calls = run("sft_cot_32b.sh", fake_slurm, 1, in_job=True, MOUNTS=f"{missing}:{missing}")
+    assert proc.returncode == 2 and calls == [] and f"mount source {missing}" in proc.stderr
 
 
 # -- Ray ------------------------------------------------------------------------------------------------------------
@@ -449,8 +456,30 @@ def test_job_runs_srun_steps_and_returns_the_driver_status(fake_slurm, nodes):
 
 
 def test_rl_refuses_a_missing_warm_up_checkpoint(fake_slurm):
-    proc, calls = run("dapo_7b.sh", fake_slurm, 2, in_job=True)
+    proc, calls = run("dapo_7b.sh", fake_slurm, 2, in_job=True, INIT_FROM=None)
     assert proc.returncode == 2 and "INIT_FROM" in proc.stderr and calls == []
+
+
+@pytest.mark.parametrize("dry_run", ["0", "1"])
+def test_submission_refuses_missing_data_or_warm_up_checkpoint_before_sbatch(fake_slurm, dry_run):
+    """A login-node submission (and its DRY_RUN) checks DATA, the traces folder and, for RL, INIT_FROM first."""
+    cases = [
+        ("dapo_32b.sh", {"DATA": str(fake_slurm / "no_such_data")}, f"DATA={fake_slurm}/no_such_data does not exist"),
+        ("sft_plain_32b.sh", {"TRACES_DIR": str(fake_slurm / "data" / "traces" / "nope")},
+         "traces/nope does not exist"),
+        ("dapo_32b.sh", {"INIT_FROM": None}, f"INIT_FROM={fake_slurm}/out/nemo_rl/sft/hf holds no HF checkpoint"),
+        ("dapo_7b.sh", {"INIT_FROM": str(fake_slurm / "data")}, "holds no HF checkpoint (config.json)"),
+        # what the NeMo-RL driver would refuse inside the allocation, `recipes nemo-rl` refuses here
+        ("dapo_7b.sh", {"EXTRA_SETS": "data.eval_split=rl"}, "data.eval_split 'rl' is also a training split"),
+    ]
+    for script, env, message in cases:
+        proc, calls = run(script, fake_slurm, 1, in_job=False, DRY_RUN=dry_run, **env)
+        assert proc.returncode == 2 and message in proc.stderr, (script, env, proc.stderr)
+        assert calls == [] and "+ sbatch" not in proc.stdout and not (fake_slurm / "out").exists()
+    # an RL job chained after the warm-up (DEPENDENCY) may name the checkpoint that job writes
+    proc, calls = run("dapo_32b.sh", fake_slurm, 1, in_job=False, DRY_RUN="1", INIT_FROM=None,
+                      DEPENDENCY="afterok:11,singleton")
+    assert proc.returncode == 0 and "the job checks it when it starts" in proc.stderr, proc.stderr
 
 
 def test_login_node_submits_once(fake_slurm):
@@ -529,13 +558,14 @@ def test_eval_refuses_to_resume_another_models_completions(fake_slurm):
     assert proc.returncode == 2 and calls == [] and f"{out}/m1, not MODEL={out}/m2" in proc.stderr
 
 
-def run_gen_array(tmp: Path, **env: str) -> tuple[subprocess.CompletedProcess, list]:
+def run_gen_array(tmp: Path, args: tuple[str, ...] = ("1000", "0", "train", "4", "--renderer", "none"),
+                  **env: str) -> tuple[subprocess.CompletedProcess, list]:
     log = tmp / "calls.log"
     log.unlink(missing_ok=True)
     base = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SIQ_"))},
             "PATH": f"{tmp / 'bin'}:{os.environ['PATH']}", "FAKE_LOG": str(log), "SIQ_ACCOUNT": "acct", **env}
-    proc = subprocess.run(["bash", str(SLURM / "gen_array.sh"), str(tmp / "gen"), "1000", "0", "train", "4",
-                           "--renderer", "none"], env=base, capture_output=True, text=True, timeout=60, cwd=tmp)
+    proc = subprocess.run(["bash", str(SLURM / "gen_array.sh"), str(tmp / "gen"), *args], env=base,
+                          capture_output=True, text=True, timeout=60, cwd=tmp)
     calls = [shlex.split(line) for line in log.read_text().splitlines()] if log.exists() else []
     return proc, calls
 
@@ -551,6 +581,23 @@ def test_gen_array_dry_run_creates_and_submits_nothing(fake_slurm):
     assert opt(cmds[2], "--array") == "0-3" and opt(cmds[1], "--account") == "acct"
     proc, calls = run_gen_array(fake_slurm, DRY_RUN="true")
     assert proc.returncode == 2 and "DRY_RUN=true" in proc.stderr and calls == []
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("-3", "0", "val", "0", "--renderer", "nonsense"), "STRUCTURES -3: expected a whole number >= 1"),
+    (("100", "-1", "train", "4"), "SEED -1: expected a whole number >= 0"),
+    (("100", "0", "val", "4"), "SPLIT val: expected train or benchmark"),
+    (("100", "0", "train", "0"), "NUM_SHARDS 0: expected a whole number >= 1"),
+    (("100", "0", "train", "4", "--renderer", "nonsense"), "--renderer 'nonsense': expected none, mitsuba"),
+    (("100", "0", "train", "4", "--renderer=blender"), "--renderer 'blender'"),
+    (("100", "0", "train", "4", "--object-type", "sphere"), "--object-type 'sphere': expected cube or can"),
+    (("100", "0", "train", "4", "--shard", "2"), "--shard: set by this script"),
+])
+@pytest.mark.parametrize("dry_run", ["0", "1"])
+def test_gen_array_refuses_bad_arguments_before_anything(fake_slurm, args, message, dry_run):
+    proc, calls = run_gen_array(fake_slurm, args, DRY_RUN=dry_run)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert calls == [] and proc.stdout == "" and not (fake_slurm / "gen").exists()
 
 
 def test_gen_array_submits_three_chained_jobs(fake_slurm):

@@ -12,8 +12,9 @@ from _train_support import disjoint_capacity, one_thread, state_digest, tiny_mod
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spatialiq_train.core.groups import filter_groups
 from spatialiq_train.train.distributed import refill_indices, refill_order, sum_over_ranks
-from spatialiq_train.train.dynamic_sampling import filter_groups, merge_outputs, select_rows
+from spatialiq_train.train.dynamic_sampling import merge_outputs, select_rows
 
 one_thread()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _train_support import one_thread, tiny_recipe, write_traces
+from _train_support import TINY_RECIPE, one_thread, tiny_model_dir, tiny_recipe, write_traces
 
 from spatialiq_train.core.recipes import RecipeError
 from spatialiq_train.train.preflight import PreflightError, check_rewards_on_row
@@ -38,7 +38,7 @@ def test_a_reward_failing_on_a_sample_row_stops_the_run_before_sft(tmp_path: Pat
     rewards = RewardSetup(funcs=[_broken], weights=[1.0], filter_mask=[True])
     with pytest.raises(PreflightError, match=r"reward '_broken' fails on the first row of the 'rl' split"):
         run_dapo_tight(_recipe(tmp_path, traces), tmp_path / "run", rl_rewards=rewards)
-    assert not (tmp_path / "run" / "sft").exists()
+    assert not (tmp_path / "run").exists()  # a refusal leaves nothing: no recipe.yaml, no base/
 
 
 def test_a_missing_rl_split_stops_the_run_before_sft(tmp_path: Path, traces: Path) -> None:
@@ -48,7 +48,7 @@ def test_a_missing_rl_split_stops_the_run_before_sft(tmp_path: Path, traces: Pat
     (traces / "rl.jsonl").unlink()
     with pytest.raises(TraceError, match=r"rl\.jsonl does not exist"):
         run_dapo_tight(_recipe(tmp_path, traces, "data.sft_split=rl", "data.rl_split=rl"), tmp_path / "run")
-    assert not (tmp_path / "run" / "sft").exists()
+    assert not (tmp_path / "run").exists()  # a refusal leaves nothing: no recipe.yaml, no base/
 
 
 def test_an_init_checkpoint_without_a_config_stops_the_run(tmp_path: Path, traces: Path) -> None:
@@ -58,6 +58,55 @@ def test_an_init_checkpoint_without_a_config_stops_the_run(tmp_path: Path, trace
     empty.mkdir()
     with pytest.raises(PreflightError, match=r"rl.init_from .*not_a_checkpoint: its model config does not load"):
         run_dapo_tight(_recipe(tmp_path, traces, f"rl.init_from={empty}"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    # the same for a model that does not load (e.g. a hub model offline): refused before recipe.yaml is written
+    with pytest.raises(PreflightError, match=r"model .*not_a_checkpoint: its model config does not load"):
+        run_dapo_tight(_recipe(tmp_path, traces, "model.tiny=false", f"model.name_or_path={empty}"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_held_out_refusal_of_run_and_train_commands_leaves_nothing(tmp_path: Path, traces: Path) -> None:
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    base = ["--recipe", str(TINY_RECIPE), f"data.traces_dir={traces}", f"data.data_root={tmp_path}",
+            "sft.validation.every_steps=1", "rl.validation.every_steps=1"]
+    for command, split in ((["run", "dapo-tight"], "rl"), (["train", "sft"], "warmup"), (["train", "rl"], "rl")):
+        out = tmp_path / "_".join(command)
+        res = CliRunner().invoke(app, [*command, "--out", str(out), *base, f"data.eval_split={split}"])
+        assert res.exit_code == 2, res.output
+        assert f"data.eval_split '{split}' is also a training split" in res.output, (command, res.output)
+        assert not out.exists(), command
+    # the corrected command is not blocked by debris of the refused one
+    assert not (tmp_path / "run_dapo-tight" / "recipe.yaml").exists()
+
+
+def test_rl_init_from_with_non_finite_weights_is_refused_naming_the_tensor(tmp_path: Path, traces: Path) -> None:
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir(), broken)
+    weights = load_file(broken / "model.safetensors")
+    name = next(k for k, v in sorted(weights.items()) if v.is_floating_point())
+    weights[name] = weights[name].clone()
+    weights[name].view(-1)[0] = torch.nan
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    for command in (["train", "rl"], ["run", "dapo-tight"]):
+        out = tmp_path / "_".join(command)
+        res = CliRunner().invoke(app, [*command, "--recipe", str(TINY_RECIPE), "--out", str(out),
+                                       f"data.traces_dir={traces}", f"data.data_root={tmp_path}",
+                                       f"rl.init_from={broken}"])
+        assert res.exit_code == 2, res.output
+        said = " ".join(res.output.split())
+        assert f"tensor {name!r} in model.safetensors holds NaN" in said and "rl.init_from" in said, said
+        assert not out.exists()
 
 
 def test_reward_output_shape_is_checked() -> None:
@@ -101,7 +150,7 @@ def test_validation_sharing_structures_with_training_stops_the_run_before_sft(tm
     recipe = _recipe(tmp_path, traces, "data.eval_split=val", "rl.validation.every_steps=1", "logging.save_steps=1")
     with pytest.raises(HeldOutError, match=r"val.jsonl shares 2 of its 3 structures with training split 'rl'"):
         run_dapo_tight(recipe, tmp_path / "run")
-    assert not (tmp_path / "run" / "sft").exists()  # refused before the warm-up
+    assert not (tmp_path / "run").exists()  # refused before the warm-up, and nothing written (no recipe.yaml, base/)
 
 
 def test_standalone_phase_refuses_validation_sharing_its_split(tmp_path: Path, traces: Path) -> None:

@@ -119,6 +119,49 @@ def test_a_finished_sft_run_is_complete_and_a_rerun_changes_nothing(tmp_path: Pa
     assert "--extend" in res.output and _snapshot(tmp_path / "sft") == before
     res = CliRunner().invoke(app, [*args, "sft.optimizer.max_steps=1", "--extend"])
     assert res.exit_code != 0 and "less than it already trained" in " ".join(res.output.split())
+    assert "README.md" not in before  # no TRL boilerplate card ("fine-tuned version of [None]") in the run folder
+    assert "recipe.yaml" in before  # the phase's record: what a resume or rerun is compared with
+    # a finished run rerun with another learning rate is refused, naming the key and both values (not "nothing to do")
+    res = CliRunner().invoke(app, [*args, "sft.optimizer.learning_rate=5e-4"])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2 and "sft.optimizer.learning_rate differ" in said, res.output
+    assert "recorded 0.001, now 0.0005" in said and _snapshot(tmp_path / "sft") == before
+    # an interrupted run (no completion record) resumed with other settings is refused, naming each difference
+    (tmp_path / "sft" / "complete.json").unlink()
+    res = CliRunner().invoke(app, [*args, "sft.optimizer.learning_rate=5e-4",
+                                   "sft.optimizer.per_device_train_batch_size=2"])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert "sft.optimizer.learning_rate, sft.optimizer.per_device_train_batch_size differ" in said, said
+    res = CliRunner().invoke(app, [*args, "sft.optimizer.max_steps=3"])  # a new budget without --extend: refused
+    assert res.exit_code == 2 and "--extend" in res.output and "sft.optimizer.max_steps" in res.output
+    # --extend trains on, and the counters continue (train/num_tokens does not restart from 0)
+    res = CliRunner().invoke(app, [*args, "sft.optimizer.max_steps=3", "--extend"])
+    assert res.exit_code == 0, res.output
+    rows = read_metrics(tmp_path / "sft" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    tokens = [r["train/num_tokens"] for r in rows]
+    assert tokens[0] < tokens[1] < tokens[2] and tokens[2] - tokens[1] == tokens[1] - tokens[0], tokens
+    assert "max_steps: 3" in (tmp_path / "sft" / "recipe.yaml").read_text()
+
+
+def test_a_phase_record_refuses_what_the_phase_reads_and_allows_what_it_does_not(tmp_path: Path) -> None:
+    from spatialiq_train.core.recipes import RecipeError
+    from spatialiq_train.train.record import check_phase_record, write_record
+
+    write_record(tmp_path, tiny_recipe())
+    assert check_phase_record(tmp_path, tiny_recipe(), "rl", extend=False) == []
+    # the RL phase does not read the SFT section
+    assert check_phase_record(tmp_path, tiny_recipe(["sft.optimizer.learning_rate=0.5"]), "rl", extend=False)
+    with pytest.raises(RecipeError, match=r"rl\.beta, rl\.optimizer\.learning_rate differ .*rl\.beta: recorded "
+                       r"0\.05, now 0\.5"):
+        check_phase_record(tmp_path, tiny_recipe(["rl.beta=0.5", "rl.optimizer.learning_rate=1e-4"]), "rl", False)
+    with pytest.raises(RecipeError, match="pass --extend"):
+        check_phase_record(tmp_path, tiny_recipe(["rl.optimizer.max_steps=9"]), "rl", extend=False)
+    assert check_phase_record(tmp_path, tiny_recipe(["rl.optimizer.max_steps=9"]), "rl", extend=True)
+    with pytest.raises(RecipeError, match=r"rl\.beta differ"):  # the SFT phase does not read rl.*: allowed there
+        check_phase_record(tmp_path, tiny_recipe(["rl.beta=0.5", "model.max_pixels=6272"]), "rl", extend=True)
+    assert check_phase_record(tmp_path, tiny_recipe(["rl.beta=0.5"]), "sft", extend=False) == ["rl.beta"]
 
 
 def test_run_refuses_a_different_recipe_in_the_same_folder(tmp_path: Path) -> None:

@@ -24,15 +24,44 @@ TINY_NOTE = ("The demo trains a tiny randomly initialised Qwen2.5-VL (about 0.25
              "its accuracy means nothing about spatial reasoning. The demo shows the pipeline, not a model.")
 """Said in the demo's metrics, report, model card and last console lines."""
 
+KIND_NOTES = {
+    "plain": ("It trained on plain traces (--kind plain: the target is <answer>N</answer> alone). A plain completion "
+              "states no sub-task lines, so the sub-task columns read n/a, and the shortcut rate (among correct "
+              "answers, the share without correct sub-task lines and a matching visible + hidden total) is 1.000 by "
+              "definition: it says nothing about a plain-trace model. --kind cot trains on the benchmark's template."),
+    "cot": "It trained on CoT traces (--kind cot: the benchmark's template with its sub-task lines).",
+}
+"""Which trace kind the demo trained on, and how to read the report's columns for it (added to the metrics' note)."""
+
+
+def recorded_variant(*datasets: Path) -> str | None:
+    """The Mitsuba variant an earlier run rendered these dataset folders with (their gen_config.json), if any."""
+    import json
+
+    from spatialiq_train.core.dataset import GEN_CONFIG_FILE
+
+    for folder in datasets:
+        path = folder / GEN_CONFIG_FILE
+        if path.is_file():
+            try:
+                variant = ((json.loads(path.read_text(encoding="utf-8")) or {}).get("render_backend") or {}).get(
+                    "variant")
+            except (OSError, ValueError, AttributeError):
+                continue  # gen reads it again and names what is wrong
+            if variant:
+                return str(variant)
+    return None
+
 
 def demo_steps(
     out: Path, structures: int, benchmark_structures: int, renderer: str, resolution: int, seed: int, k: int,
-    max_new_tokens: int, recipe: Path | str, kind: str = "plain",
+    max_new_tokens: int, recipe: Path | str, kind: str = "plain", render_variant: str = "auto",
 ) -> list[list[str]]:
     """The demo's commands, as argument lists for the ``spatialiq`` app (pure; tested)."""
     train, bench = out / "data-train", out / "data-benchmark"
     traces, run, evals = out / "traces", out / "run", out / "eval"
-    common = ["--seed", str(seed), "--renderer", renderer, "--resolution", str(resolution)]
+    common = ["--seed", str(seed), "--renderer", renderer, "--resolution", str(resolution),
+              "--render-variant", render_variant]
     return [
         ["gen", "--out", str(train), "--structures", str(structures), "--split", "train", *common],
         ["gen", "--out", str(bench), "--structures", str(benchmark_structures), "--split", "benchmark", *common],
@@ -44,7 +73,7 @@ def demo_steps(
          "--out", str(evals / "completions.jsonl"), "--k", str(k), "--max-new-tokens", str(max_new_tokens),
          "--engine", "transformers"],
         ["eval", "score", "--completions", str(evals / "completions.jsonl"), "--data", str(bench), "--out", str(evals),
-         "--name", "demo-tiny", "--note", TINY_NOTE],
+         "--name", "demo-tiny", "--note", f"{TINY_NOTE} {KIND_NOTES[kind]}"],
         ["eval", "report", "--metrics", str(evals / "metrics_demo-tiny.json"), "--out", str(evals / "report")],
         ["release", "--run", str(run), "--out", str(out / "release"),
          "--metrics", str(evals / "metrics_demo-tiny.json"), "--name", "spatialiq-demo-tiny", "--overwrite"],
@@ -65,6 +94,10 @@ def demo(
     recipe: str = typer.Option("tiny_cpu", "--recipe", help="Training recipe: a YAML path or a shipped recipe name."),
     kind: str = typer.Option(
         "plain", "--kind", help="Trace kind: plain (<answer>N</answer>) or cot (the benchmark template)."),
+    render_variant: str = typer.Option(
+        "auto", "--render-variant",
+        help="Mitsuba variant, as for gen; auto reuses the variant OUT's datasets were rendered with (a rerun "
+             "continues them after another variant became available), else resolves per machine."),
 ) -> None:
     """Run the whole pipeline on the CPU: generate, traces, DAPO-tight on a tiny model, evaluate, report.
 
@@ -84,8 +117,11 @@ def demo(
         raise UserError(f"--kind must be plain or cot, got {kind!r}")
     # a missing or invalid recipe (or a directory, or an unknown reward) stops the demo before any work
     load_checked(recipe, list(DEMO_TRAINING))
+    if render_variant == "auto" and (recorded := recorded_variant(out / "data-train", out / "data-benchmark")):
+        typer.echo(f"note: {out} was rendered with {recorded}; rendering the rest with it too", err=True)
+        render_variant = recorded
     steps = demo_steps(out, structures, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe,
-                       kind)
+                       kind, render_variant)
     verbose = bool(ctx.meta.get(VERBOSE_KEY))
     for n, args in enumerate(steps, 1):
         typer.secho(f"[{n}/{len(steps)}] spatialiq {shlex.join(args)}", bold=True)

@@ -106,6 +106,13 @@ def _structure_ids(path: Path) -> set[str]:
     return ids
 
 
+def check_split_names(eval_split: str | None, train_splits: Sequence[str]) -> None:
+    """The part of :func:`check_held_out` that needs no file: a training split named as the evaluation split."""
+    if eval_split is not None and eval_split in train_splits:
+        raise HeldOutError(f"data.eval_split {eval_split!r} is also a training split; validate on a held-out split "
+                           f"(val is disjoint from warmup and rl by construction)")
+
+
 def check_held_out(traces_dir: str | Path, eval_split: str | None, train_splits: Sequence[str]) -> None:
     """Refuse an evaluation split that shares a structure with any training split, naming the files and the count.
 
@@ -115,9 +122,7 @@ def check_held_out(traces_dir: str | Path, eval_split: str | None, train_splits:
     if eval_split is None:
         return
     root = Path(traces_dir)
-    if eval_split in train_splits:
-        raise HeldOutError(f"data.eval_split {eval_split!r} is also a training split; validate on a held-out split "
-                           f"(val is disjoint from warmup and rl by construction)")
+    check_split_names(eval_split, train_splits)
     held = _structure_ids(root / f"{eval_split}.jsonl")
     for split in dict.fromkeys(train_splits):
         shared = held & _structure_ids(root / f"{split}.jsonl")

@@ -18,9 +18,11 @@ them. The pieces (:func:`project_entries`):
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.splits import check_held_out, check_split_names
 from spatialiq_train.core.metrics import ACCURACY_REWARD
 from spatialiq_train.nemo.env import TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.recipe_values import NemoValues, PhaseValues
@@ -100,6 +102,21 @@ def _get(config: Any, dotted: str) -> Any:
             return _ABSENT
         node = node[part]
     return node
+
+
+def check_held_out_plan(plan: DataPlan, files_required: bool = True) -> str | None:
+    """The validation split of a phase is held out of its training split (`core.splits.check_held_out`): the
+    driver's check before it trains, and `recipes nemo-rl`'s before it writes a config, so a `DRY_RUN=1` job
+    script refuses what the driver would. Without ``files_required`` (the generator, which may run where the traces
+    are not) a traces folder that is absent here is checked by split names only, and the returned note says so."""
+    if plan.val_split is None:
+        return None
+    if not files_required and not Path(plan.traces_dir).is_dir():
+        check_split_names(plan.val_split, [plan.train_split])
+        return (f"{plan.traces_dir} is not on this machine: only the split names were checked to be held out; the "
+                "driver compares the trace files' structures before it trains")
+    check_held_out(plan.traces_dir, plan.val_split, [plan.train_split])
+    return None
 
 
 def check_contract(config: dict[str, Any], plan: DataPlan, phase: Phase, source: str) -> None:

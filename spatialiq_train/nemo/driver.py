@@ -20,7 +20,9 @@ custom reward needs its own driver. This one follows the stock flow and differs 
 5. build ``AllTaskProcessedDataset``s from our rows with :class:`spatialiq_train.nemo.data.DatumProcessor`
    (the first datum is built at once, so a bad row, image or length limit fails before any GPU work);
 6. ``grpo.setup(master_config, tokenizer, dataset, val_dataset, processor=processor)`` (13-tuple) and
-   ``grpo_train`` with its 12 positional parameters; SFT: ``sft.setup(master_config, processor, train, val)``
+   ``grpo_train`` with its 12 positional parameters, both inside
+   :func:`spatialiq_train.nemo.grouping.per_view_groups` (one GRPO group per view, not per prompt token ids: v0.7.0
+   would make every batch of our views one group); SFT: ``sft.setup(master_config, processor, train, val)``
    (9-tuple) and ``sft_train`` (9 parameters), the processor passed as the tokenizer, as ``run_vlm_sft.py``
    passes it.
 
@@ -50,11 +52,11 @@ import yaml
 from pydantic import ValidationError
 
 from spatialiq_train.core.errors import UserError
-from spatialiq_train.core.splits import check_held_out
 from spatialiq_train.nemo.checkpoints import latest_step, read_step_config
-from spatialiq_train.nemo.contract import check_contract, plan_data
+from spatialiq_train.nemo.contract import check_contract, check_held_out_plan, plan_data
 from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
+from spatialiq_train.nemo.grouping import check_supported, per_view_groups
 from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.runtime import NemoApi, load_api
 from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase, load_recipe_checked, read_settings
@@ -204,12 +206,13 @@ def _run_rl(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> None:
             master.env[name].setdefault("metrics_file", str(log_dir / f"{name}_metrics.jsonl"))
     task_to_env = {TASK_NAME: api.create_env(TRAIN_ENV, master.env[TRAIN_ENV])}
     val_task_to_env = None if val is None else {TASK_NAME: api.create_env(VAL_ENV, master.env[VAL_ENV])}
-    (policy, policy_generation, _gym, _cluster, dataloader, val_dataloader, loss_fn, logger, checkpointer,
-     grpo_state, master_config, _teachers, _aliases) = api.grpo_setup(
-        master, processor.tokenizer, train, val, processor=processor)
-    with dynamic_sampling_exit(master.grpo.get("dynamic_sampling_max_gen_batches")):
-        api.grpo_train(policy, policy_generation, dataloader, val_dataloader, processor.tokenizer, loss_fn,
-                       task_to_env, val_task_to_env, logger, checkpointer, grpo_state, master_config)
+    with per_view_groups(master):
+        (policy, policy_generation, _gym, _cluster, dataloader, val_dataloader, loss_fn, logger, checkpointer,
+         grpo_state, master_config, _teachers, _aliases) = api.grpo_setup(
+            master, processor.tokenizer, train, val, processor=processor)
+        with dynamic_sampling_exit(master.grpo.get("dynamic_sampling_max_gen_batches")):
+            api.grpo_train(policy, policy_generation, dataloader, val_dataloader, processor.tokenizer, loss_fn,
+                           task_to_env, val_task_to_env, logger, checkpointer, grpo_state, master_config)
 
 
 def _run_sft(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> None:
@@ -236,9 +239,11 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) ->
     config = load_resolved(api, config_path, overrides)
     plan = plan_for(read_settings(config, source), phase, source)
     check_contract(config, plan, phase, str(source))
-    check_held_out(plan.traces_dir, plan.val_split, [plan.train_split])
+    check_held_out_plan(plan)
     check_resume(config)
     master = _master(api, phase, config, source)
+    if phase == "rl":
+        check_supported(master)
     if phase == "rl" and plan.val_split is None and any(master.grpo.get(k) for k in ("val_period", "val_at_start",
                                                                                      "val_at_end")):
         raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but the recipe gives no "

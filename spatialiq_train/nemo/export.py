@@ -9,6 +9,7 @@ import yaml
 
 from spatialiq_train.core.io import atomic_write_text
 from spatialiq_train.nemo.config import Built, grpo_config, sft_config
+from spatialiq_train.nemo.contract import check_held_out_plan, plan_data
 from spatialiq_train.nemo.keys import NemoConfigError, check_config, load_key_set
 from spatialiq_train.nemo.paper import deviations
 from spatialiq_train.nemo.recipe_values import values_from_recipe
@@ -36,6 +37,9 @@ def build(recipe: str | Path, phase: Phase, nodes: int, gpus_per_node: int, *, o
     except ValueError as exc:
         raise NemoConfigError(f"{source}: {exc}") from None
     check_config(built.config, built.algorithm, source=f"NeMo-RL config generated from {source}")
+    note = check_held_out_plan(plan_data(values, phase, settings.recipe), files_required=False)  # as the driver
+    if note:
+        built.notes.append(note)
     if phase == "rl":
         built.notes.extend(f"differs from the paper's released config: {key} = {got!r} (paper {paper!r})"
                            for key, got, paper in deviations(built.config))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -66,6 +67,25 @@ def model_init_kwargs(recipe: Recipe) -> dict[str, Any]:
     if recipe.model.attn_implementation:
         kwargs["attn_implementation"] = recipe.model.attn_implementation
     return kwargs
+
+
+def base_model_if_built(recipe: Recipe, run_dir: Path) -> str | None:
+    """`ensure_base_model` without building: None while the tiny model is not yet built under `run_dir/base`."""
+    if recipe.model.tiny and not (run_dir / "base" / "config.json").is_file():
+        return None
+    return ensure_base_model(recipe, run_dir)
+
+
+def check_init_from(value: str) -> str:
+    """`rl.init_from` checked as every reader of a checkpoint checks it: a folder that exists (or a hub id), whose
+    safetensors weights are finite (`core.weights.check_finite_weights` names a tensor holding NaN or infinity)."""
+    from spatialiq_train.core.io import check_model_source
+    from spatialiq_train.core.weights import check_finite_weights
+
+    source = check_model_source(value, "rl.init_from")
+    if Path(source).is_dir():
+        check_finite_weights(source, "rl.init_from")
+    return source
 
 
 def ensure_base_model(recipe: Recipe, run_dir: Path) -> str:
@@ -141,3 +161,25 @@ def resume_from(trainer: Any, output_dir: Path) -> str | None:
     del saved
     trainer._load_from_checkpoint = lambda *args, **kwargs: log.info("model weights restored from %s", ckpt)
     return ckpt
+
+
+def last_logged(log_history: list[dict[str, Any]], key: str) -> float | None:
+    """The last value of `key` in a trainer state's log history, None when it was never logged (pure)."""
+    for row in reversed(log_history):
+        if isinstance(row.get(key), int | float):
+            return row[key]
+    return None
+
+
+def restore_token_count(trainer: Any, checkpoint: str) -> None:
+    """Continue `train/num_tokens` from the checkpoint on resume (an interruption or `--extend`).
+
+    TRL's SFTTrainer counts it in `_total_train_tokens`, which starts at 0 in every new trainer and is not saved
+    with a checkpoint, so a resumed run's count restarted; the count the checkpoint's trainer state last logged is
+    put back. (GRPO logs `state.num_input_tokens_seen`, which the checkpoint restores itself.)"""
+    state = Path(checkpoint) / "trainer_state.json"
+    if not hasattr(trainer, "_total_train_tokens") or not state.is_file():
+        return
+    count = last_logged(json.loads(state.read_text(encoding="utf-8")).get("log_history") or [], "num_tokens")
+    if count is not None:
+        trainer._total_train_tokens = count

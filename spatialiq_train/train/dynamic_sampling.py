@@ -2,11 +2,11 @@
 
 TRL 1.16 has no dynamic sampling (zero-variance groups only get advantage 0 but still count in the DAPO token
 normaliser). `DynamicSamplingGRPOTrainer` overrides one hook, `_generate_and_score_completions`: it generates and
-scores a batch with the parent implementation, keeps the groups that `filter_groups` accepts, and generates again
-for freshly drawn prompts until the batch is full or `max_refill_rounds` extra rounds were spent (verl's
-`max_num_gen_batches`). Slots still empty after the cap are filled with dropped groups whose loss mask is zeroed,
-so they carry no gradient and do not enter the normaliser. It also wraps `_calculate_rewards` only to read the
-per-function rewards that decide the filter.
+scores a batch with the parent implementation, keeps the groups that `core.groups.filter_groups` accepts (the rule
+NeMo-RL runs use too), and generates again for freshly drawn prompts until the batch is full or `max_refill_rounds`
+extra rounds were spent (verl's `max_num_gen_batches`). Slots still empty after the cap are filled with dropped
+groups whose loss mask is zeroed, so they carry no gradient and do not enter the normaliser. It also wraps
+`_calculate_rewards` only to read the per-function rewards that decide the filter.
 
 Under data parallelism each process filters and refills its own groups (so the per-device generation batch must
 hold whole groups), all processes run the same number of rounds (the parent's collectives stay in step), each
@@ -24,32 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from spatialiq_train.core.groups import filter_groups
 from spatialiq_train.train.distributed import refill_indices, sum_over_ranks
 
 log = logging.getLogger(__name__)
-
-REWARD_STD_TOL = 1e-6
-"""A group whose reward range is at most this is treated as constant (float noise from weighted sums)."""
-
-
-def filter_groups(rewards: Sequence[float] | np.ndarray, group_size: int, tol: float = REWARD_STD_TOL) -> np.ndarray:
-    """Per-completion keep mask: True for every completion of a group whose rewards vary by more than `tol`.
-
-    `rewards` holds consecutive groups of `group_size` completions of the same prompt. NaN rewards (unscorable
-    completions) are ignored; a group with fewer than two scored completions is dropped.
-    """
-    r = np.asarray(rewards, dtype=np.float64).reshape(-1)
-    if group_size < 2:
-        raise ValueError(f"group_size must be >= 2 (got {group_size})")
-    if r.size % group_size:
-        raise ValueError(f"{r.size} rewards do not split into groups of {group_size}")
-    groups = r.reshape(-1, group_size)
-    scored = ~np.isnan(groups)
-    hi = np.where(scored, groups, -np.inf).max(axis=1)
-    lo = np.where(scored, groups, np.inf).min(axis=1)
-    varies = (scored.sum(axis=1) >= 2) & ((hi - lo) > tol)
-    return np.repeat(varies, group_size)
-
 
 # --- merging generation outputs ---------------------------------------------------------------------------------
 

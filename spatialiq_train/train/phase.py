@@ -133,6 +133,9 @@ def build_phase_trainer(
     from spatialiq_train.train.export import check_exportable
 
     check_exportable(trainer)  # before training: a ZeRO-3 run whose weights could not be saved is refused now
+    # TRL writes a boilerplate model card (README.md, "fine-tuned version of [None]") into the run folder at every
+    # checkpoint; the card of a trained model is `spatialiq release`'s
+    trainer.create_model_card = lambda *args, **kwargs: None
     if recipe.model.freeze_vision:
         common.freeze_vision_tower(trainer.model)
     start = section_of(recipe, spec.name).optimizer.warmup_start_factor
@@ -174,26 +177,33 @@ def run_phase(
     """Train the phase (resuming from the newest checkpoint under `output_dir`, weights included) and export the
     policy to `final_dir` (default `output_dir/final`; a LoRA adapter is kept in `output_dir/adapter`).
 
-    A phase already finished under the same step budget is complete: nothing is loaded or written and `final_dir`
-    is returned as it is. A larger budget needs `extend` (`train.completion`)."""
-    from spatialiq_train.train import completion
+    First the recipe is compared with the folder's record (`train.record`): a setting the phase reads that differs
+    is refused, finished or not. A phase already finished under the same step budget is complete: nothing is loaded
+    or written and `final_dir` is returned as it is. A larger budget needs `extend` (`train.completion`). Nothing
+    is created before the training data has been read and checked; the record is written when training starts."""
+    from spatialiq_train.train import completion, record
     from spatialiq_train.train.export import export_final
 
     out = Path(output_dir)
     final = Path(final_dir) if final_dir else out / "final"
     budget = completion.budget_of(section_of(recipe, spec.name).optimizer)
     marker = completion.read_marker(out, budget)
-    if completion.decide(marker, budget, completion.final_ready(final), extend, str(out)) == "complete":
+    ready = completion.final_ready(final)
+    # settings first: a finished phase's larger budget is left to `completion.decide`, which says how to extend
+    record.check_phase_record(out, recipe, spec.name, extend or (marker is not None and ready))
+    if completion.decide(marker, budget, ready, extend, str(out)) == "complete":
         log.info("%s is complete (step %s of its budget; %s kept as it is): nothing to do. Pass --extend with a "
                  "larger budget to train on", out, (marker or {}).get("global_step", "?"), final)
         return final
+    train_dataset, eval_dataset = phase_datasets(recipe, spec.name, train_dataset, eval_dataset)  # before creating
     out.mkdir(parents=True, exist_ok=True)
     model_path = model_path or common.ensure_base_model(recipe, out)
-    train_dataset, eval_dataset = phase_datasets(recipe, spec.name, train_dataset, eval_dataset)
     trainer, processor = build_phase_trainer(spec, recipe, model_path, train_dataset, out, eval_dataset, callbacks)
     resume = common.resume_from(trainer, out)
     if resume:
         log.info("resuming %s from %s", spec.name, resume)
+        common.restore_token_count(trainer, resume)
+    record.write_record(out, recipe)
     trainer.train(resume_from_checkpoint=resume)
     exported = export_final(trainer, processor, final, out / "adapter")
     completion.write_marker(out, spec.name, budget, trainer.state.global_step, exported)

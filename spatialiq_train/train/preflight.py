@@ -71,9 +71,10 @@ def check_model_config(model_path: str, what: str) -> None:
         raise PreflightError(f"{what} {model_path}: its model config does not load ({exc})") from None
 
 
-def check_rl_ready(recipe: Recipe, rl_dir: str | Path, model_path: str, rl_dataset: Any = None,
+def check_rl_ready(recipe: Recipe, rl_dir: str | Path, model_path: str | None, rl_dataset: Any = None,
                    rewards: Any = None) -> None:
-    """Build and check what the RL phase needs (rewards on a sample row, data, model config, GRPO config)."""
+    """Build and check what the RL phase needs (rewards on a sample row, data, model config, GRPO config). A
+    `model_path` of None is the tiny model not yet built (its config is ours): its config is not loaded."""
     from spatialiq_train.train.data import load_split
     from spatialiq_train.train.rl import grpo_config, reward_setup
 
@@ -83,6 +84,7 @@ def check_rl_ready(recipe: Recipe, rl_dir: str | Path, model_path: str, rl_datas
         rl_dataset = load_split(d.traces_dir, d.rl_split, d.data_root, "rl", 1)
     where = f"the first row of the {d.rl_split!r} split"
     check_rewards_on_row(rewards, rl_dataset[0], where)
-    check_model_config(model_path, "rl.init_from" if recipe.rl.init_from else "model")
+    if model_path is not None:
+        check_model_config(model_path, "rl.init_from" if recipe.rl.init_from else "model")
     grpo_config(recipe, rl_dir, rewards.weights)
     log.info("RL preflight passed: %d reward functions, data, model config and GRPO config", len(rewards.funcs))

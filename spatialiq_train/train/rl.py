@@ -150,9 +150,7 @@ def run_rl(
     """Train (resuming from the newest checkpoint under `output_dir`) and export to `final_dir`
     (default `output_dir/final`). The policy starts from `model_path`, else `rl.init_from`, else the base model.
     A finished run is complete; a larger step budget needs `extend` (`phase.run_phase`)."""
-    from spatialiq_train.core.io import check_model_source
-
     if model_path is None and recipe.rl.init_from is not None:
-        model_path = check_model_source(recipe.rl.init_from, "rl.init_from")
+        model_path = common.check_init_from(recipe.rl.init_from)
     return phase.run_phase(rl_phase(recipe, rewards), recipe, output_dir, model_path, train_dataset, eval_dataset,
                            final_dir, callbacks, extend)

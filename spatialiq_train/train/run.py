@@ -19,10 +19,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.core.io import atomic_write_text
 from spatialiq_train.core.recipe_model import Recipe
-from spatialiq_train.core.recipes import RecipeError, flatten, recipe_to_yaml
-from spatialiq_train.train import common
+from spatialiq_train.train import common, record
 
 log = logging.getLogger(__name__)
 
@@ -41,50 +39,32 @@ def check_disjoint(traces_dir: str | Path, split_a: str, split_b: str) -> None:
         )
 
 
-RL_ONLY: tuple[str, ...] = ("description", "rl", "vllm", "generation", "reward", "eval", "data.rl_split")
+RL_ONLY: tuple[str, ...] = record.PHASE_FREE["sft"]
 """Recipe keys (and sections) the SFT phase does not read: they may change while the RL phase has not started."""
 
-
-def recipe_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Dotted keys whose values differ between two recipe dicts (added and removed keys included)."""
-    a, b = flatten(old), flatten(new)
-    return sorted(k for k in a.keys() | b.keys() if a.get(k, object()) != b.get(k, object()))
-
-
-def _rl_only(key: str) -> bool:
-    return any(key == p or key.startswith(p + ".") for p in RL_ONLY)
-
-
-EXTEND_KEYS: tuple[str, ...] = ("rl.optimizer.max_steps", "rl.optimizer.num_train_epochs")
+EXTEND_KEYS: tuple[str, ...] = record.budget_keys("rl")
 """The RL step budget: with `--extend` it may grow after the RL phase has started."""
 
 
-def _write_run_recipe(recipe: Recipe, out: Path, extend: bool = False) -> None:
-    """Keep the recipe beside the run. A rerun may change RL-only keys (`RL_ONLY`) until the RL phase has started,
-    and with `extend` the RL step budget (`EXTEND_KEYS`) after; any other difference is refused, naming the keys."""
-    import yaml
+def check_run_recipe(recipe: Recipe, out: Path, extend: bool = False) -> None:
+    """Refuse a rerun whose recipe differs from the run's record (`train.record.check_record`): RL-only keys
+    (`RL_ONLY`) may change until the RL phase has started, and with `extend` the RL step budget (`EXTEND_KEYS`)
+    after; any other difference is refused, naming each key. Writes nothing."""
+    rl_started = common.last_checkpoint(out / "rl") is not None
+    if rl_started:
+        record.check_record(out, recipe, (), EXTEND_KEYS, extend, "the RL phase has started")
+    else:
+        changed = record.check_record(out, recipe, RL_ONLY, (), extend, "they change the SFT phase")
+        if changed:
+            log.info("%s: RL-only keys changed before the RL phase (%s); recipe updated", out / record.RECORD,
+                     ", ".join(changed))
 
-    path = out / "recipe.yaml"
-    text = recipe_to_yaml(recipe)
-    if path.is_file() and path.read_text(encoding="utf-8") != text:
-        diff = recipe_differences(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, yaml.safe_load(text))
-        blocking = [k for k in diff if not _rl_only(k)]
-        rl_started = common.last_checkpoint(out / "rl") is not None
-        budget_only = rl_started and bool(diff) and set(diff) <= set(EXTEND_KEYS)
-        if budget_only and not extend:
-            raise RecipeError(f"{path}: the RL phase ran under another step budget ({', '.join(diff)} differ); pass "
-                              "--extend to train on to the new budget, or pick a new --out for a new run")
-        if extend and rl_started:
-            diff = [k for k in diff if k not in EXTEND_KEYS]
-        if blocking or (diff and rl_started):
-            keys = blocking or diff
-            why = "they change the SFT phase" if blocking else "the RL phase has started"
-            raise RecipeError(f"{path} holds a different recipe: {', '.join(keys)} differ and {why}; resume with "
-                              f"the same recipe (only {', '.join(RL_ONLY)} may change before RL starts) or pick a "
-                              "new --out")
-        if diff:
-            log.info("%s: RL-only keys changed before the RL phase (%s); recipe updated", path, ", ".join(diff))
-    atomic_write_text(path, text)
+
+def _write_run_recipe(recipe: Recipe, out: Path, extend: bool = False) -> None:
+    """`check_run_recipe`, then keep the recipe as the run's record."""
+    check_run_recipe(recipe, out, extend)
+    out.mkdir(parents=True, exist_ok=True)
+    record.write_record(out, recipe)
 
 
 def run_dapo_tight(
@@ -99,14 +79,12 @@ def run_dapo_tight(
 ) -> Path:
     """Run (or resume) both phases; returns DIR/final. Datasets default to the recipe's trace splits. A finished
     run is complete and a rerun changes nothing; a larger RL step budget needs `extend`."""
-    from spatialiq_train.core.io import check_model_source
     from spatialiq_train.train.preflight import check_rl_ready, check_validation_held_out
     from spatialiq_train.train.rl import run_rl
     from spatialiq_train.train.sft import run_sft
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _write_run_recipe(recipe, out, extend)
+    check_run_recipe(recipe, out, extend)  # every check before anything is created: a refusal leaves nothing
     d = recipe.data
     if sft_dataset is None and rl_dataset is None and d.sft_split != d.rl_split:
         check_disjoint(d.traces_dir, d.sft_split, d.rl_split)
@@ -114,10 +92,14 @@ def run_dapo_tight(
         check_validation_held_out(recipe, [d.rl_split] if recipe.rl.init_from else [d.sft_split, d.rl_split])
     sft_final = out / "sft" / "final"
     if recipe.rl.init_from:
-        rl_model = check_model_source(recipe.rl.init_from, "rl.init_from")
-    else:  # the warm-up's output does not exist yet; its base has the same architecture
-        rl_model = common.ensure_base_model(recipe, out)
+        rl_model: str | None = common.check_init_from(recipe.rl.init_from)
+    else:  # the warm-up's output does not exist yet; its base has the same architecture (the tiny one: built below)
+        rl_model = common.base_model_if_built(recipe, out)
     check_rl_ready(recipe, out / "rl", rl_model, rl_dataset, rl_rewards)
+    out.mkdir(parents=True, exist_ok=True)
+    record.write_record(out, recipe)
+    if not recipe.rl.init_from:
+        rl_model = common.ensure_base_model(recipe, out)
     if recipe.rl.init_from:
         log.info("rl.init_from is set (%s): using it as the SFT-CoT initialisation, no warm-up", recipe.rl.init_from)
     elif (sft_final / "config.json").is_file():

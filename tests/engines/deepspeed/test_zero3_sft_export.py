@@ -23,7 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (tests/engines/requirements-engines.txt)")
+try:  # the stage's engine: its absence is an error of the environment, never a skip
+    import deepspeed  # noqa: F401
+except ImportError as exc:
+    raise ImportError(f"DeepSpeed is not importable ({exc}): the engines stage installs it "
+                      "(bash tests/engines/run.sh engines; tests/engines/lock-engines.txt)") from exc
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tests"))

@@ -1,0 +1,98 @@
+"""The recipe record beside a run, and the one check every training command makes against it.
+
+A training command keeps the recipe it trains under as ``recipe.yaml`` in its folder (`train sft` and `train rl` in
+their phase folder, `run dapo-tight` in the run folder and each phase folder). A resume or rerun compares its recipe
+with the record first, before anything is loaded or written (:func:`check_record`): every differing key is refused,
+named with its recorded and its new value, except keys the folder's work never reads (``free``) and the step budget
+(``budget``), which may grow only with ``--extend``. The record is written when the work starts, after every check
+(:func:`write_record`), so a refused command leaves none behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from spatialiq_train.core.io import atomic_write_text
+from spatialiq_train.core.recipe_model import Recipe
+from spatialiq_train.core.recipes import RecipeError, flatten, recipe_to_yaml
+
+RECORD = "recipe.yaml"
+"""The recipe record's file name in a run or phase folder."""
+
+PHASE_FREE: dict[str, tuple[str, ...]] = {
+    "sft": ("description", "rl", "vllm", "generation", "reward", "eval", "data.rl_split"),
+    "rl": ("description", "sft", "data.sft_split"),
+}
+"""Recipe keys (and sections) a phase does not read: a resume of that phase alone may change them."""
+
+
+def budget_keys(phase: str) -> tuple[str, ...]:
+    """The step budget of a phase: with ``--extend`` it may grow after the phase has started."""
+    return (f"{phase}.optimizer.max_steps", f"{phase}.optimizer.num_train_epochs")
+
+
+def recipe_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ between two recipe dicts (added and removed keys included)."""
+    a, b = flatten(old), flatten(new)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k, object()) != b.get(k, object()))
+
+
+def _under(key: str, prefixes: Sequence[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def _changes(keys: Sequence[str], old: dict[str, Any], new: dict[str, Any]) -> str:
+    a, b = flatten(old), flatten(new)
+    return "; ".join(f"{k}: recorded {a.get(k, '(absent)')!r}, now {b.get(k, '(absent)')!r}" for k in keys)
+
+
+def check_record(
+    folder: Path,
+    recipe: Recipe,
+    free: Sequence[str] = (),
+    budget: Sequence[str] = (),
+    extend: bool = False,
+    why: str = "the run has started",
+) -> list[str]:
+    """Compare ``recipe`` with ``folder``'s record (none: nothing to compare) and refuse what may not change.
+
+    Keys under ``free`` may differ; keys in ``budget`` only with ``extend``; any other difference raises a
+    :class:`RecipeError` naming the record, each key with its recorded and new value, and ``why`` it may not change.
+    Returns the keys that differ and were allowed (the record is then rewritten when the work starts)."""
+    import yaml
+
+    path = folder / RECORD
+    text = recipe_to_yaml(recipe)
+    if not path.is_file():
+        return []
+    old_text = path.read_text(encoding="utf-8")
+    if old_text == text:
+        return []
+    old, new = yaml.safe_load(old_text) or {}, yaml.safe_load(text)
+    diff = recipe_differences(old, new)
+    allowed_budget = [k for k in diff if k in budget]
+    blocking = [k for k in diff if not _under(k, free) and k not in allowed_budget]
+    if blocking:
+        may = f" (only {', '.join(free)} may change)" if free else ""
+        raise RecipeError(f"{path} holds a different recipe: {', '.join(blocking)} differ and {why} "
+                          f"({_changes(blocking, old, new)}); resume with the recorded recipe{may}, or pick a new "
+                          "--out for a new run")
+    if allowed_budget and not extend:
+        raise RecipeError(f"{path}: the run started under another step budget ({', '.join(allowed_budget)} differ: "
+                          f"{_changes(allowed_budget, old, new)}); pass --extend to train on to the new budget, or "
+                          "pick a new --out for a new run")
+    return diff
+
+
+def write_record(folder: Path, recipe: Recipe) -> None:
+    """Keep ``recipe`` as ``folder``'s record (written whole, then renamed into place)."""
+    atomic_write_text(folder / RECORD, recipe_to_yaml(recipe))
+
+
+def check_phase_record(phase_dir: Path, recipe: Recipe, phase: str, extend: bool) -> list[str]:
+    """:func:`check_record` for one phase folder: the keys the phase does not read are free, its budget needs
+    ``extend``."""
+    return check_record(phase_dir, recipe, PHASE_FREE[phase], budget_keys(phase), extend,
+                        f"the {phase.upper()} phase in {phase_dir} has started under the recorded recipe")
