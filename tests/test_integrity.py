@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_eval_pipeline import make_dataset
 from typer.testing import CliRunner
 
 from data_gen.config import GenConfig
@@ -15,7 +16,6 @@ from data_gen.generate import run
 from eval.completions import Completion, append_completions
 from spatialiq_train.cli import app
 from spatialiq_train.core.dataset import GroundTruthError, iter_views, validate_gt
-from test_eval_pipeline import make_dataset
 
 
 @pytest.fixture(scope="module")

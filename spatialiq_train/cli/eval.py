@@ -105,7 +105,7 @@ def sample(
 
 
 def _check_model_data_and_out(model: Path, config: object, out: Path, data: dict, scenes: list) -> dict:
-    """Everything `eval sample` can check before writing: every scene's image, a local checkpoint's finite weights,
+    """Everything `eval sample` can check before writing: a local checkpoint's finite weights, every scene's image,
     and a completions file written by this model, on this data and with these settings (`eval.provenance`);
     returns the provenance record to write once the engine has loaded."""
     from eval.completions import load_completions
@@ -113,14 +113,14 @@ def _check_model_data_and_out(model: Path, config: object, out: Path, data: dict
     from spatialiq_train.core.errors import UserError
     from spatialiq_train.core.weights import check_finite_weights
 
+    if Path(model).is_dir():
+        check_finite_weights(model, "--model")
     missing = [s.view for s in scenes if not s.has_image]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise UserError(f"--data: view {missing[0]} has no image (view.png, or an image in its parquet row){more}; "
                         "the model would be asked about a picture it cannot see: render the dataset (`spatialiq gen "
                         "--renderer mitsuba`) or pass a dataset with images")
-    if Path(model).is_dir():
-        check_finite_weights(model, "--model")
     record = sampling_record(model, config, data)  # type: ignore[arg-type]
     check_provenance(out, record, bool(load_completions(out)))
     return record
