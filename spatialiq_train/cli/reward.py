@@ -98,6 +98,8 @@ def analyze(
                                    "released eval_raw layout (an optional model column holds several responders); "
                                    "repeatable. Each responder is analysed on <answer>N</answer> texts rebuilt from "
                                    "its recorded main_pred (k = 1), into OUT/<model>/."),
+    files: list[Path] | None = typer.Argument(None, help="More predictions files for --raw, as a shell glob gives "
+                                              "them: --raw runs/*.csv"),
 ) -> None:
     """Score sampled completions with each reward; AUC, variance, shortcut gap and the gaming probes."""
     from spatialiq_train.lab.scoring import parse_reward_list
@@ -106,6 +108,10 @@ def analyze(
         raise UserError(f"--parse must be official or strict, got {parse!r}")
     if k is not None and k < 1:
         raise UserError(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
+    if files and not raw:
+        raise UserError(f"unexpected argument(s) {', '.join(map(str, files))}: files after the options are more "
+                        "predictions files for --raw (e.g. --raw runs/*.csv); give --raw first")
+    raw = [*raw, *(files or [])]
     specs = parse_reward_list(rewards)
     if raw:
         if completions is not None or data is not None:
