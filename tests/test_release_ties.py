@@ -104,3 +104,25 @@ def test_a_card_names_no_file_it_did_not_write_and_says_what_the_run_started_fro
     assert (res := _release(run, tmp_path / "b")).exit_code == 0, res.output
     card = (tmp_path / "b" / "README.md").read_text()
     assert "base_model: Qwen/Qwen2.5-VL-7B-Instruct" in card and "Base model: `Qwen/Qwen2.5-VL-7B-Instruct`" in card
+
+
+def test_a_train_sft_run_releases_with_its_recipe_and_base_model(tmp_path: Path) -> None:
+    """The issue's case: a `train sft` run's card said "Recipe: `?`", "Base model: `unknown`" and named a
+    training_recipe.yaml it did not write."""
+    pytest.importorskip("torch")
+    import numpy as np
+    from _train_support import one_thread, tiny_recipe, write_traces
+
+    from spatialiq_train.train.sft import run_sft
+
+    one_thread()
+    traces = write_traces(tmp_path / "data", "warmup", 4, np.random.default_rng(0), answer=lambda i: i)
+    recipe = tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={tmp_path / 'data'}",
+                          "data.sft_split=warmup", "sft.optimizer.max_steps=1", "logging.save_steps=100"])
+    run_sft(recipe, tmp_path / "sft")
+    assert (res := _release(tmp_path / "sft", tmp_path / "rel")).exit_code == 0, res.output
+    card = (tmp_path / "rel" / "README.md").read_text()
+    assert (tmp_path / "rel" / "training_recipe.yaml").is_file()
+    assert f"Recipe: `{recipe.name}` (the full recipe as run is `training_recipe.yaml`" in card
+    assert "Base model: `spatialiq-tiny" in card and "`unknown`" not in card and "`?`" not in card
+    assert "supervised fine-tuning (SFT) on chain-of-thought traces" in card
