@@ -18,7 +18,7 @@ digest into the metrics file, which ``release`` compares with the checkpoint it 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,14 +144,20 @@ def write_provenance(completions: str | Path, record: dict[str, Any]) -> None:
     atomic_write_json(provenance_path(completions), record)
 
 
-def check_scored_data(completions: str | Path, data: dict[str, Any]) -> dict[str, Any] | None:
+def check_scored_data(completions: str | Path, data: dict[str, Any],
+                      warn: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """The completions' record, after checking that it was sampled from the dataset ``data`` describes; a
-    ProvenanceError names both datasets. None when the file has no record (nothing to check against)."""
+    ProvenanceError names both datasets. A file without a record, or with one written before records named the
+    dataset, cannot be checked: ``warn`` is told so and the record (or None) is returned."""
     old = read_provenance(completions)
-    if old is None:
-        return None
-    recorded = old.get("data")
-    if not isinstance(recorded, dict) or recorded.get("truth_digest") != data["truth_digest"]:
+    recorded = (old or {}).get("data")
+    if not isinstance(recorded, dict) or not recorded.get("truth_digest"):
+        if warn is not None:
+            what = "no provenance record" if old is None else "a provenance record that names no dataset"
+            warn(f"--completions {completions} has {what}: nothing says which dataset (or weights) it was sampled "
+                 f"from, so --data {data['path']} is taken on trust")
+        return old
+    if recorded["truth_digest"] != data["truth_digest"]:
         raise ProvenanceError(f"--completions {completions} was sampled from {_data_text(recorded)}, but --data "
                               f"gives {_data_text(data)}: scoring them would grade the answers against another "
                               "dataset's truth; pass the --data and --split the completions were sampled from")

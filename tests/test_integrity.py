@@ -147,6 +147,10 @@ def test_completions_record_their_dataset_and_refuse_another(tiny: Path, tmp_pat
     flat = " ".join(res.output.split())
     assert res.exit_code == 2 and f"sampled from {a.resolve()}" in flat and f"--data gives {b.resolve()}" in flat
     assert not (tmp_path / "ob").exists()
+    res = CliRunner().invoke(app, ["reward", "analyze", "--completions", str(out), "--data", str(b), "--out",
+                                   str(tmp_path / "lab"), "--rewards", "exact_match"])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 2 and f"sampled from {a.resolve()}" in flat and not (tmp_path / "lab").exists(), flat
     res = CliRunner().invoke(app, ["eval", "score", "--completions", str(out), "--data", str(a), "--out",
                                    str(tmp_path / "oa"), "--name", "m", "--limit", "1"])
     assert res.exit_code == 0, res.output
@@ -200,3 +204,12 @@ def test_a_hub_id_is_recorded_as_the_id_with_its_cached_revision(tmp_path: Path,
     json.dumps(record)  # a Path given by the CLI is recorded as text
     assert record["model"] == "org/backbone" and record["model_revision"] == rev
     assert record["model_digest"] == checkpoint_digest(snap)
+
+
+def test_completions_without_a_record_are_scored_with_a_warning(bench: Path, tmp_path: Path) -> None:
+    completions = _answers(bench, tmp_path / "c.jsonl")
+    res = _score(completions, bench, tmp_path / "o")
+    assert res.exit_code == 0, res.output
+    assert "warning: --completions" in res.output and "has no provenance record" in " ".join(res.output.split())
+    metrics = json.loads((tmp_path / "o" / "metrics_m.json").read_text())
+    assert metrics["object_counting"]["acc@1"] == 1.0 and metrics["model_digest"] is None

@@ -207,7 +207,8 @@ def score(
     every = find_scenes(data, split)
     scenes = every[:limit]
     records = load_for_scoring(completions)
-    sampled = check_scored_data(completions, dataset_record(data, split, every))
+    sampled = check_scored_data(completions, dataset_record(data, split, every),
+                                lambda text: typer.echo(f"warning: {text}", err=True))
     k = scoring.resolve_k(records, k, completions)
     preds = scoring.collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
     scoring.require_matches(preds, records, data)

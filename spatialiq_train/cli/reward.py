@@ -128,6 +128,7 @@ def _analyze_completions(completions: Path, data: Path, out: Path, specs: list, 
     import time
 
     from eval.completions import load_for_scoring
+    from eval.provenance import check_scored_data, dataset_record
     from eval.scenes import find_scenes
     from eval.score import resolve_k
     from spatialiq_train.lab.analyze import analyze as run_analysis
@@ -140,6 +141,8 @@ def _analyze_completions(completions: Path, data: Path, out: Path, specs: list, 
         scenes = find_scenes(data, split)
     except (ValueError, FileNotFoundError) as exc:
         raise UserError(f"--data {data} --split {split}: {exc}") from None
+    check_scored_data(completions, dataset_record(data, split, scenes),
+                      lambda text: typer.echo(f"warning: {text}", err=True))
     start = time.perf_counter()
     table = build_table(scenes, records, k, parse, completions)  # type: ignore[arg-type]
     result = run_analysis(table, specs)
