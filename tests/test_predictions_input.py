@@ -102,3 +102,12 @@ def test_reward_analyze_raw_parses_subtasks_from_the_text_not_the_recorded_colum
         rows = list(csv.DictReader(fh))
     assert rows[0]["parsed_exact_match"] == "1"  # v1: task5 and task8 recorded right, main right
     assert [r["parsed_subtasks_correct"] for r in rows] == ["0", "0", "0"]
+
+
+def test_eval_score_raw_takes_the_files_of_a_shell_glob(tmp_path: Path) -> None:
+    first, second = tmp_path / "x", tmp_path / "y"
+    first.mkdir(), second.mkdir()
+    a, b = _file(first, ROWS[:3]), _file(second, ROWS[3:])
+    res = CliRunner().invoke(app, ["eval", "score", "--raw", str(a), str(b), "--out", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "s" / "metrics_a.json").is_file() and (tmp_path / "s" / "metrics_b.json").is_file()

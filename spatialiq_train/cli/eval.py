@@ -185,30 +185,28 @@ def score(
     raw: list[Path] = typer.Option([], "--raw", help="Instead of --completions/--data: predictions files in the "
                                    "released eval_raw layout (per task X, X_pred, X_gt; an optional model column "
                                    "holds several responders); repeatable. One metrics file per responder."),
+    files: list[Path] | None = typer.Argument(None, help="More predictions files for --raw, as a shell glob gives "
+                                              "them: --raw runs/*.csv"),
 ) -> None:
     """Metrics JSON plus an eval_raw_<name>_text.csv export in the released layout."""
     from eval import score as scoring
-    from eval.completions import load_for_scoring
     from eval.groups import check_group
     from eval.hierarchy import check_convention
     from eval.paper.accuracy import convention_for
-    from eval.provenance import MODEL_KEYS, check_scored_data, dataset_record
-    from eval.scenes import find_scenes
+    from eval.provenance import MODEL_KEYS
+    from spatialiq_train.cli.options import raw_files
     from spatialiq_train.core.errors import UserError
 
     check_group(group, "--group")
     conv = check_convention(convention, "--convention") if convention else convention_for(group)
+    raw = raw_files(raw, files)
     if raw:
         _score_raw(raw, out, name, conv, group, note, completions or data)
         return
     if completions is None or data is None or name is None:
         raise UserError("eval score needs --completions, --data and --name (or --raw FILE for predictions files)")
     _check_score_options(mode, parse, k, min_coverage, name, limit)
-    every = find_scenes(data, split)
-    scenes = every[:limit]
-    records = load_for_scoring(completions)
-    sampled = check_scored_data(completions, dataset_record(data, split, every),
-                                lambda text: typer.echo(f"warning: {text}", err=True))
+    scenes, records, sampled = _read_sampled(completions, data, split, limit)
     k = scoring.resolve_k(records, k, completions)
     preds = scoring.collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
     scoring.require_matches(preds, records, data)
@@ -218,6 +216,20 @@ def score(
     metrics = scoring.score_predictions(preds, name, conv)
     metrics.update({key: (sampled or {}).get(key) for key in MODEL_KEYS})  # the weights `release` ties them to
     _write_scored(out, name, metrics, scoring.first_sample_table(preds, name), group, note)
+
+
+def _read_sampled(completions: Path, data: Path, split: str, limit: int | None) -> tuple[list, dict, dict | None]:
+    """The scenes to score (the first ``limit``), the completions, and their provenance record after checking that
+    they were sampled from this dataset (the whole split's truth digest; a mismatch is refused naming both)."""
+    from eval.completions import load_for_scoring
+    from eval.provenance import check_scored_data, dataset_record
+    from eval.scenes import find_scenes
+
+    every = find_scenes(data, split)
+    records = load_for_scoring(completions)
+    sampled = check_scored_data(completions, dataset_record(data, split, every),
+                                lambda text: typer.echo(f"warning: {text}", err=True))
+    return every[:limit], records, sampled
 
 
 def _write_scored(out: Path, name: str, metrics: dict, table: object, group: str, note: str | None) -> None:

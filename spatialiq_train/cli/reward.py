@@ -102,16 +102,14 @@ def analyze(
                                               "them: --raw runs/*.csv"),
 ) -> None:
     """Score sampled completions with each reward; AUC, variance, shortcut gap and the gaming probes."""
+    from spatialiq_train.cli.options import raw_files
     from spatialiq_train.lab.scoring import parse_reward_list
 
     if parse not in ("official", "strict"):
         raise UserError(f"--parse must be official or strict, got {parse!r}")
     if k is not None and k < 1:
         raise UserError(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
-    if files and not raw:
-        raise UserError(f"unexpected argument(s) {', '.join(map(str, files))}: files after the options are more "
-                        "predictions files for --raw (e.g. --raw runs/*.csv); give --raw first")
-    raw = [*raw, *(files or [])]
+    raw = raw_files(raw, files)
     specs = parse_reward_list(rewards)
     if raw:
         if completions is not None or data is not None:
