@@ -24,6 +24,7 @@ from data_gen.heightmap import Block, as_height_map
 from data_gen.structure import structure_id
 from data_gen.visibility import cast, support_closure, visible_set
 from spatialiq_train.core.dataset import GT_INT_FIELDS, GroundTruthError
+from spatialiq_train.core.truth import count_relations
 from spatialiq_train.core.views import LEAF_VIEWS, LeafView
 
 TASK1_ANSWER = "blocks"
@@ -161,31 +162,6 @@ def view_truth(
 
 
 _INT_FIELDS = ("view_idx", *GT_INT_FIELDS)
-
-
-def count_relations(gt: Mapping[str, Any]) -> list[tuple[str, bool]]:
-    """(relation, holds) for the integer invariants of section 4.3 (all 3,000 released views satisfy them)."""
-    g = gt
-    return [
-        ("task5 + num_hidden_blocks == task_main", g["task5"] + g["num_hidden_blocks"] == g["task_main"]),
-        ("total_blocks == task_main", g["total_blocks"] == g["task_main"]),
-        ("num_columns == task3", g["num_columns"] == g["task3"]),
-        ("num_layers == task4", g["num_layers"] == g["task4"]),
-        ("task5 >= 1", g["task5"] >= 1),
-        ("task2 >= 1", g["task2"] >= 1),
-        ("task6 <= task7", g["task6"] <= g["task7"]),
-        ("task6 <= task2", g["task6"] <= g["task2"]),
-        ("task7 <= task2 * (task4 - 1)", g["task7"] <= g["task2"] * (g["task4"] - 1)),
-        ("task2 <= task3", g["task2"] <= g["task3"]),
-        ("task2 + task7 <= task5", g["task2"] + g["task7"] <= g["task5"]),
-        ("task10 <= task5", g["task10"] <= g["task5"]),
-        ("task11 <= task5", g["task11"] <= g["task5"]),
-        ("task8 <= num_hidden_blocks", g["task8"] <= g["num_hidden_blocks"]),
-        ("task8 == 0 iff num_hidden_blocks == 0", (g["task8"] == 0) == (g["num_hidden_blocks"] == 0)),
-        ("task8 <= task5", g["task8"] <= g["task5"]),
-        ("1 <= task9 <= task3", 1 <= g["task9"] <= g["task3"]),
-        ("task_main <= task3 * task4", g["task_main"] <= g["task3"] * g["task4"]),
-    ]
 
 
 def _list_relations(gt: Mapping[str, Any]) -> list[tuple[str, bool]]:

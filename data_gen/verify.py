@@ -15,25 +15,9 @@ from typing import Any
 
 from data_gen import shards
 from spatialiq_train.core.dataset import MANIFEST_FILE, shard_done_relpath, shard_parquet_relpath
-from spatialiq_train.core.io import read_json, sha256_file
+from spatialiq_train.core.io import read_json
+from spatialiq_train.core.truth import MISSING, Mismatch, file_mismatches
 from spatialiq_train.core.views import LEVEL, SAMPLE_DIR_RE
-
-MISSING = "missing"
-"""What ``Mismatch.found`` says for a recorded file that is not on disk."""
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """A recorded file whose bytes are not the recorded ones."""
-
-    path: str
-    """Relative to the dataset root."""
-    expected: str
-    found: str
-    """sha256 of the bytes on disk, or ``missing``."""
-
-    def line(self) -> str:
-        return f"{self.path}: expected sha256 {self.expected}, found {self.found}"
 
 
 @dataclass
@@ -66,17 +50,6 @@ class Damage:
     expected: dict[str, str]
     """The shard's recorded ``{file: sha256}``."""
     mismatches: tuple[Mismatch, ...]
-
-
-def found_sha256(path: Path) -> str:
-    """sha256 of a file's bytes, or ``missing``."""
-    return sha256_file(path) if path.is_file() else MISSING
-
-
-def file_mismatches(out: Path, files: dict[str, str]) -> list[Mismatch]:
-    """The recorded files whose bytes differ from their recorded sha256."""
-    found = ((rel, expected, found_sha256(out / rel)) for rel, expected in files.items())
-    return [Mismatch(rel, expected, digest) for rel, expected, digest in found if digest != expected]
 
 
 def verify(out: Path) -> VerifyReport:
@@ -145,15 +118,3 @@ def _manifest_shards(out: Path, report: VerifyReport) -> dict[str, str] | None:
         report.mismatches.append(Mismatch(MANIFEST_FILE, "a manifest written by spatialiq gen",
                                           "unreadable JSON or no shards list"))
         return None
-
-
-def recorded_gt_mismatches(root: Path) -> list[Mismatch]:
-    """The ``gt.json`` files under ``root`` whose bytes differ from (or are missing against) the sha256 their shard's
-    completion record holds; [] for a dataset without records (the released benchmark)."""
-    root = Path(root)
-    found: list[Mismatch] = []
-    for done in sorted((root / "shards").glob("*.done.json")):
-        files = shards.read_record(done).get("files")
-        if isinstance(files, dict):
-            found += file_mismatches(root, {rel: str(h) for rel, h in files.items() if rel.endswith("/gt.json")})
-    return found

@@ -23,27 +23,34 @@ from spatialiq_train.core.tasks import fill_cot_template
 from spatialiq_train.core.views import LEAF_VIEWS
 
 
-def _gt(rng: np.random.Generator) -> dict[str, object]:
-    t4 = int(rng.integers(1, 5))
-    t3 = int(rng.integers(2, 10))
-    t5 = int(rng.integers(t3, t3 + 6))
+def _structure(rng: np.random.Generator) -> dict[str, int]:
+    """The fields constant across a structure's views (task2, task3, task4, task9: benchmark-spec 4.3)."""
+    t3 = int(rng.integers(5, 10))
+    return {"task2": int(rng.integers(1, t3 + 1)), "task3": t3, "task4": int(rng.integers(3, 5)),
+            "task9": int(rng.integers(1, 3))}
+
+
+def _gt(rng: np.random.Generator, structure: dict[str, int]) -> dict[str, object]:
+    """Random truth of one view that keeps every relation of benchmark-spec 4.3 (core.truth.RELATIONS)."""
+    t2, t3, t4 = structure["task2"], structure["task3"], structure["task4"]
+    t5 = int(rng.integers(t3 + 3, t3 + 7))
     hidden = int(rng.integers(0, 4))
     t8 = min(hidden, 1 + int(rng.integers(0, 2))) if hidden else 0
-    t2 = int(rng.integers(1, t3 + 1))
-    t7 = int(rng.integers(0, 4))
+    t7 = min(int(rng.integers(0, 4)), t2 * (t4 - 1))
     return {"object_type": str(rng.choice(["cube", "factory_box"])), "task1": "blocks", "task_main": t5 + hidden,
             "task2": t2, "task3": t3, "task4": t4, "total_blocks": t5 + hidden, "num_hidden_blocks": hidden,
             "num_columns": t3, "num_layers": t4, "task5": t5, "task6": min(t7, t2), "task7": t7, "task8": t8,
-            "task9": int(rng.integers(1, 3)), "task10": int(rng.integers(0, 3)), "task11": int(rng.integers(0, 4))}
+            "task9": structure["task9"], "task10": int(rng.integers(0, 3)), "task11": int(rng.integers(0, 4))}
 
 
 def make_dataset(root: Path, structures: int = 2, prefix: str = "benchmark/level_1", seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     for s in range(1, structures + 1):
+        structure = _structure(rng)
         for leaf in LEAF_VIEWS:
             d = root / prefix / f"sample_{s:05d}" / leaf.relpath
             d.mkdir(parents=True)
-            (d / "gt.json").write_text(json.dumps(_gt(rng)))
+            (d / "gt.json").write_text(json.dumps(_gt(rng, structure)))
     return root
 
 

@@ -18,8 +18,8 @@ from spatialiq_train.core.views import LEAF_VIEWS, view_relpath
 
 def _gt(main: int, visible: int, hidden: int) -> dict[str, object]:
     return {"object_type": "cube", "task1": "cubes", "task_main": main, "total_blocks": main, "task2": 2, "task3": 4,
-            "task4": 3, "task5": visible, "task6": 1, "task7": 2, "task8": 1 if hidden else 0, "task9": 1,
-            "num_hidden_blocks": hidden, "num_columns": 4, "num_layers": 3, "task10": 0, "task11": 0}
+            "task4": 3, "task5": visible, "task6": 1, "task7": min(2, visible - 2), "task8": 1 if hidden else 0,
+            "task9": 1, "num_hidden_blocks": hidden, "num_columns": 4, "num_layers": 3, "task10": 0, "task11": 0}
 
 
 GTS = {"A": _gt(10, 8, 2), "B": _gt(5, 4, 1), "C": _gt(3, 3, 0)}

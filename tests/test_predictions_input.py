@@ -76,3 +76,38 @@ def test_published_raw_file_scores_as_table_1(shared_dir: Path, tmp_path: Path) 
     metrics = json.loads((tmp_path / "metrics_gemini.json").read_text())
     assert metrics["per_task"]["main"]["n_correct"] == 445 and metrics["per_task"]["main"]["n"] == 3000
     assert metrics["convention"] == "prerequisite_given_dependent"
+
+
+def test_reward_analyze_raw_takes_the_files_of_a_shell_glob(tmp_path: Path) -> None:
+    first, second = tmp_path / "x", tmp_path / "y"
+    first.mkdir(), second.mkdir()
+    a, b = _file(first, ROWS[:3]), _file(second, ROWS[3:])
+    out = tmp_path / "lab"
+    res = CliRunner().invoke(app, ["reward", "analyze", "--raw", str(a), str(b), "--out", str(out),
+                                   "--rewards", "exact_match"])  # what `--raw */preds.csv` expands to
+    assert res.exit_code == 0, res.output
+    assert (out / "a" / "rewards.csv").is_file() and (out / "b" / "rewards.csv").is_file()
+    res = CliRunner().invoke(app, ["reward", "analyze", str(a), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "give --raw first" in res.output and not (tmp_path / "o").exists()
+
+
+def test_reward_analyze_raw_parses_subtasks_from_the_text_not_the_recorded_columns(tmp_path: Path) -> None:
+    """The rebuilt texts are `<answer>N</answer>`: parsed, they state no sub-task line, so parsed_subtasks_correct
+    is 0 even where the file records right task5/task8 predictions (docs/rewards.md: parsed from the text)."""
+    out = tmp_path / "lab"
+    res = CliRunner().invoke(app, ["reward", "analyze", "--raw", str(_file(tmp_path)), "--out", str(out),
+                                   "--rewards", "exact_match"])
+    assert res.exit_code == 0, res.output
+    with (out / "a" / "rewards.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows[0]["parsed_exact_match"] == "1"  # v1: task5 and task8 recorded right, main right
+    assert [r["parsed_subtasks_correct"] for r in rows] == ["0", "0", "0"]
+
+
+def test_eval_score_raw_takes_the_files_of_a_shell_glob(tmp_path: Path) -> None:
+    first, second = tmp_path / "x", tmp_path / "y"
+    first.mkdir(), second.mkdir()
+    a, b = _file(first, ROWS[:3]), _file(second, ROWS[3:])
+    res = CliRunner().invoke(app, ["eval", "score", "--raw", str(a), str(b), "--out", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "s" / "metrics_a.json").is_file() and (tmp_path / "s" / "metrics_b.json").is_file()

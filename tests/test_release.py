@@ -149,8 +149,10 @@ def tiny_run(tmp_path: Path) -> Path:
 def test_release_loads_and_generates_like_the_run(tiny_run: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForImageTextToText
 
+    from spatialiq_train.core.weights import checkpoint_digest
+
     metrics = tmp_path / "metrics_tiny.json"
-    metrics.write_text(json.dumps(METRICS))
+    metrics.write_text(json.dumps({**METRICS, "model_digest": checkpoint_digest(tiny_run / "final")}))
     out = tmp_path / "release"
     res = CliRunner().invoke(app, ["release", "--run", str(tiny_run), "--out", str(out), "--metrics", str(metrics)])
     assert res.exit_code == 0, res.output

@@ -89,7 +89,7 @@ def test_phases_and_trace_kind_are_read_from_the_run(tmp_path: Path) -> None:
     user = {"role": "user", "content": []}
     (traces / "train.jsonl").write_text(json.dumps({"messages": [user]}) + "\n")
     recipe = {"data": {"traces_dir": str(traces), "sft_split": "train", "rl_split": "rl"}}
-    assert trace_kind(recipe, ("sft",)) == "plain" and trace_kind(recipe, ("rl",)) is None
+    assert trace_kind(recipe, ("sft",), run) == "plain" and trace_kind(recipe, ("rl",), run) is None
     assert record_kind({"messages": [{"role": "system", "content": []}, user]}) == "cot"
 
 

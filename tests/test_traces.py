@@ -43,11 +43,11 @@ LEAVES = ("offset3_fov1_dist1", "offset12.5_fov3_dist0.3")
 
 def _gt(sample: int, view: int) -> dict:
     """Consistent made-up ground truth that varies by sample and view."""
-    visible = 5 + sample % 7 + view
+    visible = 7 + (sample + view) % 5
     hidden = (sample + view) % 3
     total = visible + hidden
     gt = dict(EX4_GT, task5=visible, num_hidden_blocks=hidden, task_main=total, total_blocks=total)
-    gt.update(task3=3 + sample % 5, task8=min(hidden, 2), task10=1, task11=2, view_idx=view)
+    gt.update(task3=8 + sample % 3, task8=min(hidden, 2), task10=1, task11=2, view_idx=view)
     return gt
 
 

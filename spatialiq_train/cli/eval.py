@@ -71,6 +71,7 @@ def sample(
     from pydantic import ValidationError
 
     from eval.engines import VLLMEngine, default_max_model_len, make_engine
+    from eval.provenance import dataset_record, write_provenance
     from eval.sample import PARTNER_STEP, SamplingConfig, run_sampling
     from eval.scenes import find_scenes
     from spatialiq_train.cli.options import option_errors
@@ -86,13 +87,14 @@ def sample(
     except ValidationError as exc:
         raise UserError(option_errors(exc)) from None
     config.task_prompts()  # every prompt up front: a task the dialect lacks fails here, not mid-run
-    scenes = find_scenes(data, split)[:limit]
+    scenes = (every := find_scenes(data, split))[:limit]
     check_model_source(model, "--model")
-    _check_model_and_out(model, config, out)
+    record = _check_model_data_and_out(model, config, out, dataset_record(data, split, every), scenes)
     max_images = 2 if set(config.task_list()) & PARTNER_STEP.keys() else 1
     gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device,
                              max_model_len=max_model_len or default_max_model_len(max_new_tokens),
                              max_images=max_images)
+    write_provenance(out, record)  # every check passed and the engine loaded: only now is anything written
     if batch_size is None:
         config = config.model_copy(update={"batch_size": 256 if isinstance(gen_engine, VLLMEngine) else 4})
     if config.temperature == 0 and config.k > 1:
@@ -102,16 +104,26 @@ def sample(
     typer.echo(f"{out}: {report.already_done} already on file, {report.written} written")
 
 
-def _check_model_and_out(model: str, config: object, out: Path) -> None:
-    """A local checkpoint with finite weights, and a completions file written by this model and these settings
-    (recorded beside it when new: `eval.provenance`)."""
+def _check_model_data_and_out(model: Path, config: object, out: Path, data: dict, scenes: list) -> dict:
+    """Everything `eval sample` can check before writing: a local checkpoint's finite weights, every scene's image,
+    and a completions file written by this model, on this data and with these settings (`eval.provenance`);
+    returns the provenance record to write once the engine has loaded."""
     from eval.completions import load_completions
-    from eval.provenance import check_or_record, sampling_record
+    from eval.provenance import check_provenance, sampling_record
+    from spatialiq_train.core.errors import UserError
     from spatialiq_train.core.weights import check_finite_weights
 
     if Path(model).is_dir():
         check_finite_weights(model, "--model")
-    check_or_record(out, sampling_record(model, config), bool(load_completions(out)))  # type: ignore[arg-type]
+    missing = [s.view for s in scenes if not s.has_image]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise UserError(f"--data: view {missing[0]} has no image (view.png, or an image in its parquet row){more}; "
+                        "the model would be asked about a picture it cannot see: render the dataset (`spatialiq gen "
+                        "--renderer mitsuba`) or pass a dataset with images")
+    record = sampling_record(model, config, data)  # type: ignore[arg-type]
+    check_provenance(out, record, bool(load_completions(out)))
+    return record
 
 
 def _score_line(metrics: dict) -> str:
@@ -173,26 +185,28 @@ def score(
     raw: list[Path] = typer.Option([], "--raw", help="Instead of --completions/--data: predictions files in the "
                                    "released eval_raw layout (per task X, X_pred, X_gt; an optional model column "
                                    "holds several responders); repeatable. One metrics file per responder."),
+    files: list[Path] | None = typer.Argument(None, help="More predictions files for --raw, as a shell glob gives "
+                                              "them: --raw runs/*.csv"),
 ) -> None:
     """Metrics JSON plus an eval_raw_<name>_text.csv export in the released layout."""
     from eval import score as scoring
-    from eval.completions import load_for_scoring
     from eval.groups import check_group
     from eval.hierarchy import check_convention
     from eval.paper.accuracy import convention_for
-    from eval.scenes import find_scenes
+    from eval.provenance import MODEL_KEYS
+    from spatialiq_train.cli.options import raw_files
     from spatialiq_train.core.errors import UserError
 
     check_group(group, "--group")
     conv = check_convention(convention, "--convention") if convention else convention_for(group)
+    raw = raw_files(raw, files)
     if raw:
         _score_raw(raw, out, name, conv, group, note, completions or data)
         return
     if completions is None or data is None or name is None:
         raise UserError("eval score needs --completions, --data and --name (or --raw FILE for predictions files)")
     _check_score_options(mode, parse, k, min_coverage, name, limit)
-    scenes = find_scenes(data, split)[:limit]
-    records = load_for_scoring(completions)
+    scenes, records, sampled = _read_sampled(completions, data, split, limit)
     k = scoring.resolve_k(records, k, completions)
     preds = scoring.collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
     scoring.require_matches(preds, records, data)
@@ -200,7 +214,22 @@ def score(
     if warning:
         typer.echo(f"warning: {warning}", err=True)
     metrics = scoring.score_predictions(preds, name, conv)
+    metrics.update({key: (sampled or {}).get(key) for key in MODEL_KEYS})  # the weights `release` ties them to
     _write_scored(out, name, metrics, scoring.first_sample_table(preds, name), group, note)
+
+
+def _read_sampled(completions: Path, data: Path, split: str, limit: int | None) -> tuple[list, dict, dict | None]:
+    """The scenes to score (the first ``limit``), the completions, and their provenance record after checking that
+    they were sampled from this dataset (the whole split's truth digest; a mismatch is refused naming both)."""
+    from eval.completions import load_for_scoring
+    from eval.provenance import check_scored_data, dataset_record
+    from eval.scenes import find_scenes
+
+    every = find_scenes(data, split)
+    records = load_for_scoring(completions)
+    sampled = check_scored_data(completions, dataset_record(data, split, every),
+                                lambda text: typer.echo(f"warning: {text}", err=True))
+    return every[:limit], records, sampled
 
 
 def _write_scored(out: Path, name: str, metrics: dict, table: object, group: str, note: str | None) -> None:

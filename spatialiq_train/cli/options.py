@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -22,3 +23,14 @@ def option_errors(exc: Any) -> str:
         given = f" (got {err['input']!r})" if loc and "input" in err else ""
         lines.append(f"{flag}: {err['msg'].removeprefix('Value error, ')}{given}")
     return "; ".join(lines)
+
+
+def raw_files(raw: list[Path], files: list[Path] | None) -> list[Path]:
+    """``--raw`` files plus the ones a shell glob after it spreads as arguments (``--raw runs/*.csv``); arguments
+    without any ``--raw`` are refused, naming them."""
+    from spatialiq_train.core.errors import UserError
+
+    if files and not raw:
+        raise UserError(f"unexpected argument(s) {', '.join(map(str, files))}: files after the options are more "
+                        "predictions files for --raw (e.g. --raw runs/*.csv); give --raw first")
+    return [*raw, *(files or [])]

@@ -21,6 +21,9 @@ def release(
     dataset: list[str] = typer.Option([], "--dataset", help="Hub dataset id(s) to list in the card."),
     name: str | None = typer.Option(None, "--name", help="Model name in the card (default: the --out folder name)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out."),
+    allow_other_weights: bool = typer.Option(
+        False, "--allow-other-weights", help="Release --metrics that were not scored on this checkpoint's weights "
+        "(their model_digest differs or is absent); the card says so above the numbers."),
     verify: Path | None = typer.Option(None, "--verify", help="Re-check a release folder (and, with --push, upload "
                                        "it) without rebuilding."),
     push: str | None = typer.Option(None, "--push", help="Upload to this Hub model repo (OWNER/NAME)."),
@@ -44,7 +47,7 @@ def release(
         if run is None or out is None:
             raise UserError("spatialiq release needs --run RUN and --out DIR (or --verify DIR)")
         folder = do_release(run, out, metrics=metrics, data_root=data, license=license, datasets=tuple(dataset),
-                            name=name, overwrite=overwrite)
+                            name=name, overwrite=overwrite, allow_other_weights=allow_other_weights)
         notes = []
         _report(folder, verify_release(folder, notes), notes)
     if push:

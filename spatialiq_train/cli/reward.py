@@ -98,14 +98,18 @@ def analyze(
                                    "released eval_raw layout (an optional model column holds several responders); "
                                    "repeatable. Each responder is analysed on <answer>N</answer> texts rebuilt from "
                                    "its recorded main_pred (k = 1), into OUT/<model>/."),
+    files: list[Path] | None = typer.Argument(None, help="More predictions files for --raw, as a shell glob gives "
+                                              "them: --raw runs/*.csv"),
 ) -> None:
     """Score sampled completions with each reward; AUC, variance, shortcut gap and the gaming probes."""
+    from spatialiq_train.cli.options import raw_files
     from spatialiq_train.lab.scoring import parse_reward_list
 
     if parse not in ("official", "strict"):
         raise UserError(f"--parse must be official or strict, got {parse!r}")
     if k is not None and k < 1:
         raise UserError(f"--k must be at least 1 (or left out to infer it from the file), got {k}")
+    raw = raw_files(raw, files)
     specs = parse_reward_list(rewards)
     if raw:
         if completions is not None or data is not None:
@@ -122,6 +126,7 @@ def _analyze_completions(completions: Path, data: Path, out: Path, specs: list, 
     import time
 
     from eval.completions import load_for_scoring
+    from eval.provenance import check_scored_data, dataset_record
     from eval.scenes import find_scenes
     from eval.score import resolve_k
     from spatialiq_train.lab.analyze import analyze as run_analysis
@@ -134,6 +139,8 @@ def _analyze_completions(completions: Path, data: Path, out: Path, specs: list, 
         scenes = find_scenes(data, split)
     except (ValueError, FileNotFoundError) as exc:
         raise UserError(f"--data {data} --split {split}: {exc}") from None
+    check_scored_data(completions, dataset_record(data, split, scenes),
+                      lambda text: typer.echo(f"warning: {text}", err=True))
     start = time.perf_counter()
     table = build_table(scenes, records, k, parse, completions)  # type: ignore[arg-type]
     result = run_analysis(table, specs)

@@ -41,7 +41,6 @@ def traces(
     task_ids = [t.strip() for t in tasks.split(",") if t.strip()]
     check_options(kind, task_ids, mask_final_answer)  # option mistakes first, before reading the dataset
     _check_out_kind(out, kind)
-    _check_recorded_gt(data)
     # Parquet-only datasets: the embedded PNGs go to OUT/images (the image root the traces need for training),
     # written as the shards are read for the views, so the shards are read once.
     images = ImageExtractor(data, out / "images")
@@ -68,20 +67,6 @@ def _check_out_kind(out: Path, kind: str) -> None:
         raise UserError(f"--out {out}: {found[1].name} holds {found[0]} traces and this run writes --kind {kind}; "
                         f"writing here would mix or replace them: pick another --out (e.g. data/traces/{kind}) or "
                         f"delete the {found[0]} trace files first")
-
-
-def _check_recorded_gt(data: Path) -> None:
-    """Refuse ground truth that differs from the sha256 `spatialiq gen` recorded for it."""
-    from data_gen.verify import recorded_gt_mismatches
-    from spatialiq_train.core.errors import UserError
-
-    bad = recorded_gt_mismatches(data)
-    if bad:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise UserError(f"--data {data}: {bad[0].path} does not match the sha256 recorded when it was generated "
-                        f"(expected {bad[0].expected}, found {bad[0].found}){more}; traces from it would teach the "
-                        f"wrong answers: `spatialiq gen --verify --out {data}` lists them, a `spatialiq gen` rerun "
-                        "with the same arguments repairs them")
 
 
 def register(app: typer.Typer) -> None:

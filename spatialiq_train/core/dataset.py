@@ -26,9 +26,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.core.errors import UserError
 from spatialiq_train.core.io import natural_key, read_json, resolve_inside
 from spatialiq_train.core.splits import SPLITS, Part, part_from_draws, part_of
+from spatialiq_train.core.truth import (
+    GT_INT_FIELDS as GT_INT_FIELDS,  # re-exported: the schema's names stay importable from here
+)
+from spatialiq_train.core.truth import (
+    SHARDS_DIR,
+    DatasetError,
+    DatasetNotFoundError,
+    GroundTruthError,
+    check_constant_fields,
+    recorded_mismatches,
+    recorded_sha256,
+    refuse_mismatches,
+    validate_gt,
+)
 from spatialiq_train.core.views import SAMPLE_DIR_RE, LeafView, parse_leaf_path, parse_view_path, sample_of_view
 
 log = logging.getLogger(__name__)
@@ -36,7 +49,6 @@ log = logging.getLogger(__name__)
 GEN_CONFIG_FILE = "gen_config.json"
 MANIFEST_FILE = "manifest.json"
 DATA_DIR = "data"
-SHARDS_DIR = "shards"
 SCENE_FILE = "scene.json"
 GT_FILE = "gt.json"
 IMAGE_FILE = "view.png"
@@ -47,8 +59,6 @@ GT_FIELDS: tuple[str, ...] = (
     "task5", "task6", "task7", "task8", "task9", "task10", "task11", "visible_blocks", "camera",
 )
 """The keys of a leaf ``gt.json``, in the written order (benchmark-spec 4.2, then ``camera``)."""
-GT_INT_FIELDS: tuple[str, ...] = GT_FIELDS[GT_FIELDS.index("task_main"): GT_FIELDS.index("visible_blocks")]
-"""The integer ground-truth fields (``task_main`` .. ``task11``), each a parquet column, in that order."""
 REWARD_FIELDS: tuple[str, ...] = (
     "task2", "task3", "task4", "task5", "task6", "task7", "task8", "task9", "num_hidden_blocks", "task_main",
 )
@@ -59,18 +69,6 @@ SCORED_FIELDS: tuple[str, ...] = ("task_main", *REWARD_FIELDS[:8])
 """Fields every evaluated view must have (task10/task11 are read when present)."""
 _ROW_ONLY = frozenset({"view", "structure_id", "split", "trainval", "dapo", "seed", "index", "height_map", "image"})
 """Parquet columns that are not ground truth of the view (the rest, with ``camera`` decoded, is its gt.json)."""
-
-
-class DatasetError(UserError, ValueError):
-    """A dataset file or row that is not what the schema says; the message names the file/row, key and fix."""
-
-
-class DatasetNotFoundError(DatasetError, FileNotFoundError):
-    """No dataset (or no views of the asked split) where one was expected."""
-
-
-class GroundTruthError(DatasetError):
-    """Ground truth that breaks the schema or (in generation) an invariant; the message names where and what."""
 
 
 def shard_stem(split: str, shard: int, num_shards: int) -> str:
@@ -163,28 +161,6 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def validate_gt(gt: Any, source: str | Path, required: Iterable[str] = ("task_main",), *, row: int | None = None
-                ) -> dict[str, Any]:
-    """Check (and return) the ground truth of a view read from ``source``: :data:`GT_INT_FIELDS` integer or null,
-    ``task1`` a string or null, ``required`` integers; a GroundTruthError names source (row), key and the fix."""
-    at = f" (row {row})" if row is not None else ""
-    if not isinstance(gt, dict):
-        raise GroundTruthError(f"{source}: expected a JSON object of ground-truth fields, got {type(gt).__name__}{at}")
-    for key in GT_INT_FIELDS:
-        value = gt.get(key)
-        if value is not None and not _is_int(value):
-            raise GroundTruthError(f"{source}: key {key!r} must be an integer or null, got {value!r}{at}")
-    if gt.get("task1") is not None and not isinstance(gt["task1"], str):
-        raise GroundTruthError(f"{source}: key 'task1' must be a string or null, got {gt['task1']!r}{at}")
-    for key in required:
-        if key not in gt:
-            raise GroundTruthError(f"{source}: key {key!r} missing; expected an integer (a gt.json written by "
-                                   f"spatialiq gen has every field of {', '.join(GT_INT_FIELDS)}){at}")
-        if not _is_int(gt[key]):
-            raise GroundTruthError(f"{source}: key {key!r} must be an integer, got {gt[key]!r}{at}")
-    return gt
-
-
 def read_gt(path: str | Path) -> dict[str, Any]:
     """Read a leaf ``gt.json`` (the file or its folder) as a JSON object, without further checks."""
     p = Path(path)
@@ -248,7 +224,14 @@ def iter_views(
     root: str | Path, split: str | None = None, *, required: Iterable[str] = ("task_main",), images: bool = True,
     on_image: ImageSink | None = None,
 ) -> Iterator[View]:
-    """Every leaf view of a dataset, checked by :func:`validate_gt`, in natural order of its ``view`` path.
+    """Every leaf view of a dataset, checked by the one integrity rule (``spatialiq_train.core.truth``), in natural
+    order of its ``view`` path.
+
+    Each view's truth passes :func:`validate_gt` (types, required fields, the relations of benchmark-spec 4.3) and
+    :data:`~spatialiq_train.core.truth.CONSTANT_FIELDS` agree across a structure's views. Where ``spatialiq gen``
+    recorded sha256s (``shards/*.done.json``), the bytes read must be the recorded ones: every recorded ``gt.json``
+    below the folder read (one that is gone counts), or every parquet shard read when the dataset holds only the
+    shards; a mismatch is a GroundTruthError naming the file.
 
     ``split=None`` reads the whole root, each view labelled with its split folder (None in the released layout).
     A ``split`` reads ``root/split``, or ``root`` itself when it holds no split folder at all (the released
@@ -264,13 +247,20 @@ def iter_views(
     if not root.is_dir():
         raise DatasetNotFoundError(f"data root {root} does not exist or is not a folder")
     required = tuple(required)
+    recorded = recorded_sha256(root)
     base = _folder_base(root, split)
-    views = _folder_views(root, base, split, required) if base is not None else []
-    if not views:
+    leaves = _leaf_gt_files(root, base) if base is not None else []
+    if leaves and base is not None:  # the records first: an edited file is named as such before it is judged
+        read = (p.relative_to(root).as_posix() for p in leaves)
+        refuse_mismatches(root, recorded_mismatches(root, read, recorded, base.relative_to(root).as_posix()))
+        views = _folder_views(root, leaves, split, required)
+    else:
         shards = parquet_shards(root, split)
+        refuse_mismatches(root, recorded_mismatches(root, (p.relative_to(root).as_posix() for p in shards), recorded))
         views = [v for path in shards for v in _parquet_views(root, path, split, required, images, on_image)]
     if not views:
         raise DatasetNotFoundError(_nothing_found(root, base, split))
+    check_constant_fields(((v.split, v.structure_id), v.view, v.gt) for v in views)  # a leak is the traces' error
     views.sort(key=lambda v: natural_key(v.view))
     yield from views
 
@@ -302,15 +292,24 @@ def _split_label(view: str, forced: str | None) -> str | None:
     return head if head in SPLITS else None
 
 
-def _folder_views(root: Path, base: Path, split: str | None, required: tuple[str, ...]) -> list[View]:
+def _leaf_gt_files(root: Path, base: Path) -> list[Path]:
+    """The ``gt.json`` files below ``base`` in ``view_VV/offsetO_fovF_distD`` leaf folders (others are skipped)."""
+    leaves = []
+    for gt_path in find_gt_files(base):
+        if parse_leaf_path(gt_path.parent.relative_to(root).as_posix()) is None:
+            log.debug("skipping %s: not a view_VV/offsetO_fovF_distD leaf folder", gt_path.parent)
+        else:
+            leaves.append(gt_path)
+    return leaves
+
+
+def _folder_views(root: Path, leaves: list[Path], split: str | None, required: tuple[str, ...]) -> list[View]:
     ids: dict[str, str] = {}
     views = []
-    for gt_path in find_gt_files(base):
+    for gt_path in leaves:
         rel = gt_path.parent.relative_to(root).as_posix()
         leaf = parse_leaf_path(rel)
-        if leaf is None:
-            log.debug("skipping %s: not a view_VV/offsetO_fovF_distD leaf folder", gt_path.parent)
-            continue
+        assert leaf is not None  # _leaf_gt_files kept leaf folders only
         try:
             resolve_inside(root, f"{rel}/{GT_FILE}")
         except ValueError as exc:

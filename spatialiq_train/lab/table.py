@@ -135,18 +135,19 @@ def _gt_of(responder: ResponderTable, i: int) -> dict[str, int]:
 
 def table_from_predictions(responder: ResponderTable) -> CompletionTable:
     """One completion per view of a released-layout predictions file (k = 1), its text :data:`PREDICTION_TEXT`;
-    views without an Object Counting ground truth are left out. No trace: never complete, never faithful."""
+    views without an Object Counting ground truth are left out. Every fact is read from that text with the
+    official parser, as for sampled completions (:func:`trace_facts`): the text holds no trace, so no sub-task line
+    is stated (``subtasks_correct`` 0, whatever the file's sub-task columns record), never complete or faithful."""
     keep = [i for i in range(len(responder)) if np.isfinite(responder.gt["main"][i])]
     if not keep:
         raise UserError(f"{responder.source}: responder {responder.name!r} has no view with main_gt")
-    pred, truth = responder.pred["main"][keep], responder.gt["main"][keep]
-    texts = [f"<answer>{int(p)}</answer>" if np.isfinite(p) else "" for p in pred]
-    lines = [c for c in TRACE_TASKS if c in responder.pred]
-    subtasks = sum((responder.pred[c][keep] == responder.gt[c][keep]).astype(int) for c in lines) if lines else 0
+    texts = [f"<answer>{int(p)}</answer>" if np.isfinite(p) else "" for p in responder.pred["main"][keep]]
+    views = [PredictionView(responder.views[i], _gt_of(responder, i)) for i in keep]
+    parse_trace = trace_parser("official")
+    facts = [trace_facts(parse_trace(text), view.gt) for text, view in zip(texts, views, strict=True)]
+    em, err, lines, sc, faithful, complete = (np.array(col) for col in zip(*facts, strict=True))
     n = len(keep)
     return CompletionTable(
-        [PredictionView(responder.views[i], _gt_of(responder, i)) for i in keep],  # type: ignore[misc]
-        np.arange(n), np.zeros(n, dtype=int), texts, (pred == truth).astype(float),
-        np.where(np.isfinite(pred), np.abs(pred - truth), np.nan), np.zeros(n, dtype=int) + subtasks,
-        np.full(n, np.nan), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool),
+        views, np.arange(n), np.zeros(n, dtype=int), texts, em.astype(float), err.astype(float),  # type: ignore[arg-type]
+        lines.astype(int), sc.astype(float), faithful.astype(bool), complete.astype(bool),
         {"other_task": 0, "unknown_view": len(responder) - n, "beyond_k": 0})

@@ -54,7 +54,8 @@ class CardInputs:
     name: str
     run_recipe: dict[str, Any]
     base_recipe: dict[str, Any] | None
-    base_model: str
+    base_model: str | None
+    """What the run started from (the recipe's model, or the checkpoint config's); None: not recorded."""
     license: str = "apache-2.0"
     datasets: tuple[str, ...] = ()
     data: DataFacts = field(default_factory=DataFacts)
@@ -64,6 +65,13 @@ class CardInputs:
     """The training phases that ran, in order (``("sft",)``, ``("rl",)``, ``("sft", "rl")``); None: not recorded."""
     trace_kind: str | None = None
     """``cot`` or ``plain``: the trace kind the model was trained on; None: not found."""
+    recipe_file: str | None = None
+    """The release's file holding the recipe as run; None when the run kept no recipe (none is written)."""
+    init_from: str | None = None
+    """The checkpoint the RL phase started from (``rl.init_from``), when it ran and one was set."""
+    eval_caveat: str | None = None
+    """Printed above the evaluation: metrics released on other weights than the checkpoint's (``release
+    --allow-other-weights``)."""
 
 
 def recipe_differences(run: dict[str, Any], base: dict[str, Any] | None,
@@ -148,9 +156,11 @@ def eval_rows(metrics: dict[str, Any]) -> list[EvalRow]:
 
 
 def front_matter(inputs: CardInputs) -> dict[str, Any]:
-    meta: dict[str, Any] = {"license": inputs.license, "base_model": inputs.base_model, "library_name": "transformers",
-                            "pipeline_tag": "image-text-to-text",
-                            "tags": TAGS[:2] + (RL_TAGS if "rl" in (inputs.phases or ()) else []) + TAGS[2:]}
+    meta: dict[str, Any] = {"license": inputs.license}
+    if inputs.base_model is not None:
+        meta["base_model"] = inputs.base_model
+    meta.update({"library_name": "transformers", "pipeline_tag": "image-text-to-text",
+                 "tags": TAGS[:2] + (RL_TAGS if "rl" in (inputs.phases or ()) else []) + TAGS[2:]})
     if inputs.datasets:
         meta["datasets"] = list(inputs.datasets)
     if inputs.metrics:
@@ -169,10 +179,15 @@ def _fmt(value: Any) -> str:
 
 
 def _training_section(inputs: CardInputs) -> list[str]:
-    recipe_name = inputs.run_recipe.get("name", "?")
-    lines = ["## What was trained", "",
-             f"- Recipe: `{recipe_name}` (the full recipe as run is `training_recipe.yaml` in this folder).",
-             f"- Base model: `{inputs.base_model}`."]
+    if inputs.recipe_file is not None:
+        recipe = (f"- Recipe: `{inputs.run_recipe.get('name', '?')}` (the full recipe as run is "
+                  f"`{inputs.recipe_file}` in this folder).")
+    else:
+        recipe = "- Recipe: not recorded with the run (no recipe was kept beside its checkpoint)."
+    base = f"`{inputs.base_model}`" if inputs.base_model is not None else "not recorded with the run"
+    lines = ["## What was trained", "", recipe, f"- Base model: {base}."]
+    if inputs.init_from:
+        lines.append(f"- The RL phase started from `{inputs.init_from}` (`rl.init_from`).")
     d = inputs.data
     facts = [("generator version", d.generator_version), ("generator seed", d.seed),
              ("structures", d.structures), ("views", d.views)]
@@ -201,21 +216,22 @@ def _prompt_lines(trace_kind: str | None) -> list[str]:
         return ["The model answers the benchmark's Object Counting question with the total alone, as "
                 "`<answer>N</answer>` (plain traces: no system prompt, no chain of thought). Send one user turn "
                 "holding the view image then the prompt, exactly:", "", *user]
-    return ["The trace kind this model was trained on was not recorded with the run: send the system prompt (if "
-            "any) and user prompt of its training traces. The benchmark's Object Counting prompt is:", "", *user]
+    return ["The trace kind this model was trained on could not be read from the run (its trace files were not "
+            "found): send the user turn of its training traces (and a system turn only if those traces had one). "
+            "The benchmark's Object Counting prompt is:", "", *user]
 
 
 def _usage_section(repo: str, trace_kind: str | None) -> list[str]:
-    system = ['    {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},'] \
-        if trace_kind != "plain" else []
+    cot = trace_kind == "cot"
+    system = ['    {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},'] if cot else []
     return ["## How to use", "", *_prompt_lines(trace_kind),
             "", "With transformers (the processor needs `torchvision`: without it `AutoProcessor` returns a bare "
             "tokenizer and the image would be dropped, hence the check):", "", "```python",
             "from PIL import Image",
             "from transformers import AutoModelForImageTextToText, AutoProcessor",
             "",
-            *(["PROMPT = ...  # the user prompt above, verbatim"] if trace_kind == "plain" else
-              ["SYSTEM_PROMPT, PROMPT = ...  # the two prompts above, verbatim"]),
+            *(["SYSTEM_PROMPT, PROMPT = ...  # the two prompts above, verbatim"] if cot else
+              ["PROMPT = ...  # the user prompt above, verbatim"]),
             'image = Image.open("view.png").convert("RGB")',
             f'model = AutoModelForImageTextToText.from_pretrained("{repo}")',
             f'processor = AutoProcessor.from_pretrained("{repo}")',
@@ -246,10 +262,12 @@ def _eval_cells(row: EvalRow) -> tuple[str, str, str, str]:
     return row.metric, f"{row.value:.4f}", str(row.n), f"[{lo:.4f}, {hi:.4f}]"
 
 
-def _eval_section(metrics: dict[str, Any] | None) -> list[str]:
+def _eval_section(metrics: dict[str, Any] | None, caveat: str | None = None) -> list[str]:
     lines = ["## Evaluation", ""]
     if not metrics:
         return [*lines, "Not evaluated: this release was made without a `spatialiq eval score` metrics file."]
+    if caveat:
+        lines += [f"> **Caveat:** {caveat}", ""]
     if metrics.get("note"):
         lines += [f"> **Note:** {metrics['note']}", ""]
     lines += [f"Responder `{metrics.get('name', '?')}`, mode `{metrics.get('mode', '?')}`, k = {metrics.get('k')}, "
@@ -290,5 +308,5 @@ def model_card(inputs: CardInputs) -> str:
     if inputs.revision:
         body += [f"Revision: `{inputs.revision}`.", ""]
     body += [*_training_section(inputs), "", *_usage_section(repo, inputs.trace_kind), "",
-             *_eval_section(inputs.metrics), "", *LIMITATIONS]
+             *_eval_section(inputs.metrics, inputs.eval_caveat), "", *LIMITATIONS]
     return f"---\n{meta}---\n\n" + "\n".join(body) + "\n"

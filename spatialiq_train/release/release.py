@@ -52,16 +52,31 @@ def split_hash(structure_ids: set[str]) -> str:
     return hashlib.sha256("".join(f"{s}\n" for s in sorted(structure_ids)).encode()).hexdigest()
 
 
-def data_facts(recipe: dict[str, Any] | None, data_root: Path | None) -> DataFacts:
-    """Generator version, seed and counts from the dataset manifest; split hashes from the run's trace files."""
+def run_path(value: str | None, run: Path) -> Path | None:
+    """Where a path of the run's recipe is, whatever directory `release` runs from: an absolute path as is; a
+    relative one (relative to where training ran) below the nearest folder holding the run that has it; else None."""
+    if not value:
+        return None
+    path = Path(value)
+    if path.is_absolute():
+        return path
+    for base in (run.resolve(), *run.resolve().parents):
+        if (base / path).exists():
+            return base / path
+    return None
+
+
+def data_facts(recipe: dict[str, Any] | None, data_root: Path | None, run: Path) -> DataFacts:
+    """Generator version, seed and counts from the dataset manifest; split hashes from the run's trace files
+    (the recipe's paths found by :func:`run_path`)."""
     data = (recipe or {}).get("data") or {}
-    root = data_root or (Path(data["data_root"]) if data.get("data_root") else None)
+    root = data_root or run_path(data.get("data_root"), run)
     manifest: dict[str, Any] = {}
     if root is not None and (root / "manifest.json").is_file():
         manifest = read_json(root / "manifest.json")
     args, counts = manifest.get("arguments") or {}, manifest.get("counts") or {}
     hashes: dict[str, str] = {}
-    traces = Path(data["traces_dir"]) if data.get("traces_dir") else None
+    traces = run_path(data.get("traces_dir"), run)
     for key in ("sft_split", "rl_split", "eval_split"):
         split = data.get(key)
         path = traces / f"{split}.jsonl" if traces is not None and split else None
@@ -96,19 +111,34 @@ def run_phases(run: Path, model_dir: Path) -> tuple[str, ...] | None:
     return tuple(p for p in PHASES if p in seen) or None
 
 
-def trace_kind(recipe: dict[str, Any] | None, phases: tuple[str, ...] | None) -> str | None:
-    """The trace kind of the split the run trained on (first record of the recipe's trace file); None if unread."""
+def trace_kind(recipe: dict[str, Any] | None, phases: tuple[str, ...] | None, run: Path) -> str | None:
+    """The trace kind of the split the run trained on (first record of the recipe's trace file, found by
+    :func:`run_path`); None if unread."""
     data = (recipe or {}).get("data") or {}
-    if not data.get("traces_dir"):
+    traces = run_path(data.get("traces_dir"), run)
+    if traces is None:
         return None
     keys = [k for phase, k in (("sft", "sft_split"), ("rl", "rl_split")) if phase in (phases or PHASES)]
     for key in keys:
-        path = Path(data["traces_dir"]) / f"{data.get(key)}.jsonl"
+        path = traces / f"{data.get(key)}.jsonl"
         if data.get(key) and path.is_file():
             rows = _jsonl_rows(path)
             if rows:
                 return record_kind(rows[0])
     return None
+
+
+def base_model(recipe: dict[str, Any] | None, model_dir: Path) -> str | None:
+    """What the run started from: the recipe's ``model.name_or_path`` (the tiny model named as such), else the
+    checkpoint config's ``_name_or_path`` when it names one; None when neither records it."""
+    model = (recipe or {}).get("model") or {}
+    if model.get("tiny"):
+        return "spatialiq-tiny (randomly initialised, offline)"
+    if model.get("name_or_path"):
+        return str(model["name_or_path"])
+    config = read_json(model_dir / "config.json")
+    named = config.get("_name_or_path") if isinstance(config, dict) else None
+    return str(named) if named else None
 
 
 def make_public(folder: Path) -> None:
@@ -129,6 +159,31 @@ def _read_metrics(path: Path | None) -> dict[str, Any] | None:
     return metrics
 
 
+def check_metrics_weights(metrics: dict[str, Any], metrics_path: Path, model_dir: Path, allow: bool) -> str | None:
+    """None when ``metrics`` were scored on completions sampled from ``model_dir``'s weights (the ``model_digest``
+    `eval score` carries from the completions' provenance equals the checkpoint's); else a ReleaseError, or with
+    ``allow`` the caveat the card prints above its numbers."""
+    from spatialiq_train.core.weights import checkpoint_digest
+
+    recorded, digest = metrics.get("model_digest"), checkpoint_digest(model_dir)
+    if recorded == digest:
+        return None
+    if recorded is None:
+        what = ("does not say which weights its completions were sampled from (no model_digest: completions without "
+                "a provenance record, a hub model not in the local cache, or --raw predictions)")
+        caveat = "These numbers do not record which weights they were scored on; they may not be this checkpoint's."
+    else:
+        what = (f"was scored on completions sampled from other weights ({metrics.get('model')}, digest {recorded}) "
+                f"than --run's checkpoint {model_dir} (digest {digest})")
+        caveat = (f"These numbers were scored on other weights (digest `{recorded}`) than this checkpoint's "
+                  f"(`{digest}`).")
+    if not allow:
+        raise ReleaseError(f"--metrics {metrics_path} {what}; the card would show another model's numbers: sample "
+                           f"and score this checkpoint (`spatialiq eval sample --model {model_dir} ...`, then `eval "
+                           "score`), or pass --allow-other-weights to release them anyway (the card then says so)")
+    return caveat
+
+
 def _pixel_budget(recipe: dict[str, Any] | None) -> tuple[int | None, int | None]:
     model = (recipe or {}).get("model") or {}
     return model.get("min_pixels"), model.get("max_pixels")
@@ -143,7 +198,7 @@ def _generation(recipe: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Path | None = None,
             license: str = "apache-2.0", datasets: tuple[str, ...] = (), name: str | None = None,
-            overwrite: bool = False) -> Path:
+            overwrite: bool = False, allow_other_weights: bool = False) -> Path:
     """Write the release of ``run`` into ``out`` (built in ``out.partial``, renamed when complete)."""
     run, out = Path(run), Path(out)
     if out.resolve() == run.resolve() or out.resolve() in run.resolve().parents:
@@ -159,6 +214,8 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
     recipe_path = find_recipe(run, model_dir)
     recipe = _load_recipe_dict(recipe_path)
     metrics_data = _read_metrics(metrics)
+    caveat = check_metrics_weights(metrics_data, metrics, model_dir, allow_other_weights) \
+        if metrics_data is not None and metrics is not None else None
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -167,14 +224,13 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
     write_processor(model_dir, tmp, *_pixel_budget(recipe))
     if recipe_path is not None:
         atomic_write_text(tmp / RECIPE_FILE, recipe_path.read_text(encoding="utf-8"))
-    base_model = str(((recipe or {}).get("model") or {}).get("name_or_path", "unknown"))
-    if ((recipe or {}).get("model") or {}).get("tiny"):
-        base_model = "spatialiq-tiny (randomly initialised, offline)"
     phases = run_phases(run, model_dir)
     inputs = CardInputs(name=name or out.name, run_recipe=recipe or {}, base_recipe=_base_recipe((recipe or {})
-                        .get("name")), base_model=base_model, license=license, datasets=datasets,
-                        data=data_facts(recipe, data_root), metrics=metrics_data, phases=phases,
-                        trace_kind=trace_kind(recipe, phases))
+                        .get("name")), base_model=base_model(recipe, model_dir), license=license, datasets=datasets,
+                        data=data_facts(recipe, data_root, run), metrics=metrics_data, phases=phases,
+                        trace_kind=trace_kind(recipe, phases, run), recipe_file=RECIPE_FILE if recipe_path else None,
+                        init_from=((recipe or {}).get("rl") or {}).get("init_from") if "rl" in (phases or ()) else
+                        None, eval_caveat=caveat)
     atomic_write_text(tmp / "README.md", model_card(inputs))
     write_sums(tmp)
     make_public(tmp)
