@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 
+from eval.paper import pvalues
 from eval.paper.common import HIERARCHY_COLUMNS, TASK_COLUMNS, Group, display_name, paper_task_id, task_name
 from eval.stats import benjamini_hochberg
 
@@ -45,14 +46,8 @@ def camera_factors(views: list[str]) -> dict[str, np.ndarray]:
 
 def _welch(hi: np.ndarray, lo: np.ndarray) -> tuple[float, float]:
     """(se of the difference of means, Welch two-sided p)."""
-    from scipy.stats import ttest_ind
-
     se = math.sqrt(lo.var(ddof=1) / lo.size + hi.var(ddof=1) / hi.size) if lo.size > 1 and hi.size > 1 else math.nan
-    try:
-        p = float(ttest_ind(hi, lo, equal_var=False).pvalue)
-    except (ValueError, ZeroDivisionError):
-        p = math.nan
-    return se, p
+    return se, pvalues.welch_ttest(hi, lo)
 
 
 def camera_effect_rows(group: Group) -> list[Row]:
@@ -108,13 +103,11 @@ def paired_deltas(struct: np.ndarray, block: np.ndarray, contrast: np.ndarray, v
 
 def _ttest(deltas: np.ndarray) -> tuple[float, float, float]:
     """(mean, t, p) of a one-sample t-test against 0; t and p NaN with fewer than 5 structures."""
-    from scipy.stats import ttest_1samp
-
     mean = float(np.mean(deltas)) if deltas.size else math.nan
     if deltas.size < MIN_STRUCTURES:
         return mean, math.nan, math.nan
-    res = ttest_1samp(deltas, 0.0)
-    return mean, float(res.statistic), float(res.pvalue)
+    t, p = pvalues.ttest_1samp(deltas)
+    return mean, t, p
 
 
 def _structures(views: list[str]) -> np.ndarray:

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from eval.paper import pvalues
 from eval.paper.common import Group, Pool, fe_pearson, varying_views
 from eval.paper.twoway import scene_stats, slope_with_ci
 from eval.stats import benjamini_hochberg
@@ -40,13 +41,8 @@ def _mean(values: np.ndarray) -> float:
 
 def _chi2_p(met: np.ndarray, unmet: np.ndarray) -> float:
     """Pearson chi-square (no continuity correction) p of the 2x2 met/unmet x dependent right/wrong table."""
-    from scipy.stats import chi2_contingency
-
     table = [[int(met.sum()), met.size - int(met.sum())], [int(unmet.sum()), unmet.size - int(unmet.sum())]]
-    try:
-        return float(chi2_contingency(table, correction=False)[1])
-    except ValueError:  # an empty row or column: expected frequency zero
-        return math.nan
+    return pvalues.chi2_2x2(table)  # NaN for an empty row or column (expected frequency zero)
 
 
 def _draw_counts(draws: np.ndarray, size: int) -> np.ndarray:
@@ -236,8 +232,6 @@ def responder_controlled_rows(group: Group) -> list[Row]:
 def mcnemar_rows(group: Group) -> list[Row]:
     """table6_mcnemar_object_counting: every pair of responders ranked by Object Counting accuracy; exact
     two-sided McNemar on shared views (a missing answer counts as wrong), BH-adjusted over all pairs."""
-    from scipy.stats import binomtest
-
     accs = {m: float(np.nanmean(group.col(m, "main"))) for m in group.models}
     names = sorted(accs, key=lambda m: -accs[m])
     answers, seen = {}, {}
@@ -256,7 +250,7 @@ def mcnemar_rows(group: Group) -> list[Row]:
             if common.sum() >= MIN_COMMON:
                 ya, yb = answers[a][common], answers[b][common]
                 n_b, n_c = int(((ya == 0) & (yb == 1)).sum()), int(((ya == 1) & (yb == 0)).sum())
-                p = 1.0 if n_b + n_c == 0 else float(binomtest(n_b, n_b + n_c, 0.5).pvalue)
+                p = 1.0 if n_b + n_c == 0 else pvalues.binomtest(n_b, n_b + n_c, 0.5)
             rows.append({"modality": group.name, "model_a": a, "model_b": b, "acc_a": accs[a], "acc_b": accs[b],
                          "n_common": int(common.sum()), "a_wrong_b_right": n_b, "a_right_b_wrong": n_c,
                          "p_mcnemar": p, "is_adjacent": j == i + 1})
