@@ -46,9 +46,9 @@ def _chi2_p(met: np.ndarray, unmet: np.ndarray) -> float:
 
 
 def _draw_counts(draws: np.ndarray, size: int) -> np.ndarray:
-    """(K, size) how often each index was drawn in each of K rows of draws."""
-    offsets = np.arange(draws.shape[0])[:, None] * size
-    return np.bincount((draws + offsets).ravel(), minlength=draws.shape[0] * size).reshape(-1, size).astype(float)
+    """(K, size) how often each index was drawn in each of K rows of draws (``draws`` is overwritten)."""
+    draws += np.arange(draws.shape[0])[:, None] * size
+    return np.bincount(draws.ravel(), minlength=draws.shape[0] * size).reshape(-1, size).astype(float)
 
 
 def bootstrap_lift_ci(pool: Pool, parent: np.ndarray, child: np.ndarray, varying: np.ndarray, n_views: int,
@@ -63,8 +63,9 @@ def bootstrap_lift_ci(pool: Pool, parent: np.ndarray, child: np.ndarray, varying
     met, unmet = ws & (parent == 1), ws & (parent == 0)
     stats = np.stack([np.bincount(pool.view[m], weights=w, minlength=n_views)[scenes]
                       for m, w in ((met, child[met]), (met, None), (unmet, child[unmet]), (unmet, None))], 1)
-    draws = np.random.default_rng(seed).integers(0, scenes.size, size=(n_boot, scenes.size))
-    sums = np.concatenate([_draw_counts(draws[i:i + 250], scenes.size) @ stats for i in range(0, n_boot, 250)])
+    rng = np.random.default_rng(seed)  # batches of (250, V) draws equal one (n_boot, V) draw (test_paper_draws.py)
+    sums = np.concatenate([_draw_counts(rng.integers(0, scenes.size, size=(min(250, n_boot - i), scenes.size)),
+                                        scenes.size) @ stats for i in range(0, n_boot, 250)])
     ok = (sums[:, 1] > 0) & (sums[:, 3] > 0)
     if ok.sum() < 10:
         return math.nan, math.nan
@@ -89,15 +90,14 @@ def permutation_null(model: np.ndarray, parent: np.ndarray, child: np.ndarray, o
     met_n = float(parent.sum())
     unmet_n = float(parent.size - met_n)
     total = float(child.sum())
-    rng = np.random.default_rng(seed)
-    null = np.empty(n_perm)
-    for i in range(n_perm):
-        met_c = 0.0
-        for p, c in zip(parents, childs, strict=True):
-            met_c += float(c @ rng.permutation(p))
-        null[i] = met_c / met_n - (total - met_c) / unmet_n if met_n > 0 and unmet_n > 0 else math.nan
     if met_n <= 0 or unmet_n <= 0:
         return math.nan, math.nan
+    # The draws are the official ones, one permutation per responder and replicate in that order: numpy's shuffle
+    # is the whole cost, so the loop only keeps Python out of its way (counts are integers: the sums are exact).
+    permute = np.random.default_rng(seed).permutation
+    pairs = list(zip(parents, childs, strict=True))
+    met = np.array([sum([c @ permute(p) for p, c in pairs]) for _ in range(n_perm)], dtype=np.float64)
+    null = met / met_n - (total - met) / unmet_n
     return (1 + int((null >= observed).sum())) / (1 + n_perm), float(null.mean())
 
 
