@@ -154,7 +154,8 @@ class RequestSampler:
         import torch
         from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
-        self.generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+        self.seeds = list(seeds)
+        self.generators: list[torch.Generator] = []  # made on the scores' device at the first step
         self.draws = draws
         self.warpers: list[Any] = []
         if temperature != 1.0:
@@ -165,6 +166,8 @@ class RequestSampler:
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
+        if not self.generators:  # on a GPU, what torch.manual_seed(seed) sets for that device's default generator
+            self.generators = [torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds]
         for warper in self.warpers:
             scores = warper(input_ids, scores)
         probs = torch.nn.functional.softmax(scores, dim=-1)
