@@ -5,12 +5,21 @@ ground-truth CoT trace with random perturbations of sub-task lines and the final
 unparseable. Reports the time to parse, to compute the metrics, and for a paired McNemar + BH
 comparison against a second responder, in CPU seconds of this process (wall time beside it; on a shared
 machine the wall time also counts other processes). The goal is at most 2 s in total.
+
+``--sample`` times sampling instead: ``eval sample --engine transformers`` on the offline tiny Qwen2.5-VL
+(``spatialiq_train.tiny``), ``--requests`` requests of ``--k`` samples with synthetic 224x224 views, drawn one request
+per ``generate`` call (as before batching) and ``--batch-size`` requests per call (one left-padded batch),
+alternating ``--repeats`` times; it prints completions per second (CPU and wall) of each, their medians and ratio,
+and checks that both give the same completions.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
+import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,13 +66,65 @@ def synthetic(scenes: int, k: int, rng: np.random.Generator, unique: bool = Fals
     return out_scenes, completions
 
 
+def _view_png(seed: int) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (224, 224, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def bench_sampling(n_requests: int, k: int, batch: int, max_new_tokens: int, temperature: float, repeats: int) -> None:
+    """Completions per second of the transformers engine, one request per call vs ``batch`` requests per call."""
+    import torch
+
+    from eval.engines import TransformersEngine
+    from eval.sample import Request, SamplingConfig
+    from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT
+    from spatialiq_train.core.tasks import build_prompt
+    from spatialiq_train.tiny import save_tiny
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = TransformersEngine(save_tiny(Path(tmp) / "tiny", seed=0))
+    prompt = build_prompt("task_main", "training")
+    requests = [Request(f"view{i}", "task_main", prompt, COT_SYSTEM_PROMPT, (_view_png(i),), tuple(range(k)), 100 + i)
+                for i in range(n_requests)]
+    config = SamplingConfig(k=k, temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch)
+    modes = {"one request per call": 1, f"{batch} requests per call": batch}
+    rates: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+    texts: dict[str, list[list[str]]] = {}
+    for _ in range(repeats):
+        for mode, size in modes.items():
+            w0, t0 = time.perf_counter(), time.process_time()
+            texts[mode] = [t for i in range(0, n_requests, size) for t in engine.generate(requests[i:i + size], config)]
+            cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+            rates[mode].append((n_requests * k / cpu, n_requests * k / wall))
+            print(f"  {mode:24s} {n_requests * k / cpu:7.1f} completions/s CPU  {n_requests * k / wall:7.1f} /s wall "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    med = {m: (statistics.median(c for c, _ in r), statistics.median(w for _, w in r)) for m, r in rates.items()}
+    (a, b) = modes
+    print(f"{n_requests} requests x k={k}, {max_new_tokens} new tokens, temperature {temperature}, medians of "
+          f"{repeats}: {a} {med[a][0]:.1f}/s CPU {med[a][1]:.1f}/s wall; {b} {med[b][0]:.1f}/s CPU "
+          f"{med[b][1]:.1f}/s wall; batched/one {med[b][0] / med[a][0]:.2f}x CPU {med[b][1] / med[a][1]:.2f}x wall")
+    print(f"same completions both ways: {texts[a] == texts[b]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--scenes", type=int, default=3000)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--unique", action="store_true", help="Make every completion text distinct (worst case).")
+    parser.add_argument("--sample", action="store_true", help="Time transformers sampling on the tiny model instead.")
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=1.0)
     args = parser.parse_args()
+    if args.sample:
+        bench_sampling(args.requests, args.k, args.batch_size, args.max_new_tokens, args.temperature, args.repeats)
+        return
     scenes, completions = synthetic(args.scenes, args.k, np.random.default_rng(0), args.unique)
     best = {"parse": np.inf, "metrics": np.inf, "compare": np.inf}
     best_wall = np.inf

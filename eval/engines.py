@@ -138,10 +138,52 @@ def fit_images(images: list[Any], budget: tuple[int, int] | None) -> list[Any]:
     return [resize_to_budget(im, *budget) for im in images]
 
 
-class TransformersEngine:
-    """CPU (or single-GPU) sampling with ``generate(do_sample=True, num_return_sequences=n)``.
+class RequestSampler:
+    """A logits processor that draws every request's next tokens with that request's own generator.
 
-    At temperature 0 it decodes greedily once and repeats that completion for every requested sample.
+    One ``generate`` call holds several requests (rows grouped by request, ``draws`` rows each). Each request's
+    rows are sampled as a lone ``generate(do_sample=True)`` would sample them after ``torch.manual_seed(seed)``:
+    temperature and top-p warpers as transformers builds them, softmax, then ``torch.multinomial`` over the request's
+    rows with a generator seeded by the request's seed. The drawn token gets score 0 and every other -inf, so
+    ``generate``'s own draw (at temperature 1, no top-k or top-p: a one-hot distribution) can only pick it. A
+    request's completions therefore depend on its seed, not on which requests share its batch or where a run was
+    resumed.
+    """
+
+    def __init__(self, seeds: Sequence[int], draws: int, temperature: float, top_p: float) -> None:
+        import torch
+        from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+        self.seeds = list(seeds)
+        self.generators: list[torch.Generator] = []  # made on the scores' device at the first step
+        self.draws = draws
+        self.warpers: list[Any] = []
+        if temperature != 1.0:
+            self.warpers.append(TemperatureLogitsWarper(temperature))
+        if top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1))
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        if not self.generators:  # on a GPU, what torch.manual_seed(seed) sets for that device's default generator
+            self.generators = [torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds]
+        for warper in self.warpers:
+            scores = warper(input_ids, scores)
+        probs = torch.nn.functional.softmax(scores, dim=-1)
+        tokens = torch.cat([torch.multinomial(probs[i * self.draws:(i + 1) * self.draws], num_samples=1, generator=g)
+                            for i, g in enumerate(self.generators)])
+        forced = torch.full_like(scores, -float("inf"))
+        return forced.scatter_(1, tokens, 0.0)
+
+
+class TransformersEngine:
+    """CPU (or single-GPU) sampling: all requests of a call in one left-padded batch, ``num_return_sequences=n``.
+
+    Sampling uses :class:`RequestSampler` (each request seeded on its own, as one request per ``generate`` call
+    would be); at temperature 0 it decodes greedily once and repeats that completion for every requested sample.
+    Requests asking for different numbers of draws (a resumed request with fewer samples left) go in separate
+    ``generate`` calls.
     """
 
     def __init__(self, model_path: str | Path, device: str = "cpu", dtype: str = "auto") -> None:
@@ -158,22 +200,43 @@ class TransformersEngine:
         self.model.to(device).eval()
 
     def generate(self, requests: Sequence[Request], config: SamplingConfig) -> list[list[str]]:
+        by_draws: dict[int, list[int]] = {}
+        for i, req in enumerate(requests):
+            by_draws.setdefault(decoding_for(config, len(req.samples)).draws, []).append(i)
+        outputs: list[list[str]] = [[] for _ in requests]
+        for indices in by_draws.values():
+            texts = self._generate_batch([requests[i] for i in indices], config)
+            for i, batch_texts in zip(indices, texts, strict=True):
+                outputs[i] = batch_texts
+        return outputs
+
+    def _generate_batch(self, requests: Sequence[Request], config: SamplingConfig) -> list[list[str]]:
+        """One left-padded ``generate`` call for requests that all ask for the same number of draws."""
         import torch
+        from transformers import LogitsProcessorList
 
         budget = pixel_budget(self.processor)
-        outputs = []
-        for req in requests:
-            text = self.processor.apply_chat_template(_messages(req), tokenize=False, add_generation_prompt=True)
-            images = fit_images(_images(req), budget)
-            inputs = self.processor(text=[text], images=images or None, return_tensors="pt").to(self.device)
-            torch.manual_seed(req.seed)
-            kwargs = generate_kwargs(config, len(req.samples))
-            with torch.no_grad():
-                out = self.model.generate(**inputs, **kwargs)
-            new_tokens = out[:, inputs["input_ids"].shape[1]:]
-            texts = self.processor.batch_decode(new_tokens, skip_special_tokens=True)
-            outputs.append(_repeat(list(texts), decoding_for(config, len(req.samples))))
-        return outputs
+        texts = [self.processor.apply_chat_template(_messages(r), tokenize=False, add_generation_prompt=True)
+                 for r in requests]
+        images = [im for r in requests for im in fit_images(_images(r), budget)]
+        tokenizer = self.processor.tokenizer
+        side, tokenizer.padding_side = tokenizer.padding_side, "left"
+        try:
+            inputs = self.processor(text=texts, images=images or None, padding=True, return_tensors="pt")
+        finally:
+            tokenizer.padding_side = side
+        inputs = inputs.to(self.device)
+        decs = [decoding_for(config, len(r.samples)) for r in requests]
+        kwargs = generate_kwargs(config, len(requests[0].samples))
+        if not decs[0].greedy:  # per-request generators; generate's own draw then sees one-hot distributions
+            kwargs.update(temperature=1.0, top_p=1.0, top_k=0)
+            kwargs["logits_processor"] = LogitsProcessorList(
+                [RequestSampler([r.seed for r in requests], decs[0].draws, config.temperature, config.top_p)])
+        with torch.no_grad():
+            out = self.model.generate(**inputs, **kwargs)
+        decoded = self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        rows = decs[0].draws
+        return [_repeat(list(decoded[i * rows:(i + 1) * rows]), dec) for i, dec in enumerate(decs)]
 
 
 PROMPT_TOKEN_BUDGET = 2048

@@ -390,14 +390,21 @@ class _FakeInputs(dict):
         return self
 
 
+class _FakeTokenizer:
+    padding_side = "right"
+
+
 class _FakeProcessor:
+    tokenizer = _FakeTokenizer()
+
     def apply_chat_template(self, messages: object, tokenize: bool, add_generation_prompt: bool) -> str:
         return "prompt"
 
-    def __call__(self, text: list[str], images: object, return_tensors: str) -> _FakeInputs:
+    def __call__(self, text: list[str], images: object, padding: bool, return_tensors: str) -> _FakeInputs:
         import torch
 
-        return _FakeInputs(input_ids=torch.zeros((1, 3), dtype=torch.long))
+        assert self.tokenizer.padding_side == "left"  # a batch of prompts is padded on the left
+        return _FakeInputs(input_ids=torch.zeros((len(text), 3), dtype=torch.long))
 
     def batch_decode(self, tokens: object, skip_special_tokens: bool) -> list[str]:
         return [f"seq{i}" for i in range(len(tokens))]  # type: ignore[arg-type]
@@ -431,10 +438,14 @@ def test_transformers_engine_greedy_at_temperature_zero(dataset: Path, temperatu
     if temperature == 0:
         assert kwargs["do_sample"] is False and not {"temperature", "top_p", "top_k"} & kwargs.keys()
         assert texts == [["seq0", "seq0", "seq0"]]
-    else:
-        assert kwargs["do_sample"] is True and kwargs["temperature"] == 0.7 and kwargs["top_p"] == 0.9
+    else:  # temperature and top-p go to the per-request sampler; generate's own draw sees one-hot scores
+        assert kwargs["do_sample"] is True and kwargs["temperature"] == 1.0 and kwargs["top_p"] == 1.0
         assert kwargs["top_k"] == 0 and kwargs["num_return_sequences"] == 3
+        (sampler,) = kwargs["logits_processor"]  # type: ignore[misc]
+        assert [type(w).__name__ for w in sampler.warpers] == ["TemperatureLogitsWarper", "TopPLogitsWarper"]
+        assert sampler.warpers[0].temperature == 0.7 and sampler.warpers[1].top_p == 0.9
         assert texts == [["seq0", "seq1", "seq2"]]
+    assert engine.processor.tokenizer.padding_side == "right"  # restored
 
 
 @pytest.mark.slow

@@ -181,14 +181,16 @@ def slice_rows(group: Group) -> list[Row]:
     bins = np.concatenate([difficulty_bins(group.tables[m], "total_blocks")[0] for m in models])
     seen = {o for o in objects if o is not None}
     order = [o for o in OBJECT_ORDER if o in seen] + sorted(seen.difference(OBJECT_ORDER))
+    is_object = {o: objects == o for o in order}  # object-array comparisons, once each
+    in_bin = {b: bins == b for b in TOTAL_LABELS}
     rows: list[Row] = []
     for task, values in pool.values.items():
-        rows += [_slice(group.name, "object", o, task, values[objects == o]) for o in order]
+        rows += [_slice(group.name, "object", o, task, values[is_object[o]]) for o in order]
     for task, values in pool.values.items():
-        rows += [_slice(group.name, "difficulty", b, task, values[bins == b]) for b in TOTAL_LABELS]
+        rows += [_slice(group.name, "difficulty", b, task, values[in_bin[b]]) for b in TOTAL_LABELS]
     for task in SLICE_CROSS_TASKS:
         if task in pool.values:
             values = pool.values[task]
-            rows += [_slice(group.name, "object_difficulty", f"{o}|{b}", task, values[(objects == o) & (bins == b)])
+            rows += [_slice(group.name, "object_difficulty", f"{o}|{b}", task, values[is_object[o] & in_bin[b]])
                      for o in order for b in TOTAL_LABELS]
     return rows

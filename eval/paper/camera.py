@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
+from eval.paper import pvalues
 from eval.paper.common import HIERARCHY_COLUMNS, TASK_COLUMNS, Group, display_name, paper_task_id, task_name
 from eval.stats import benjamini_hochberg
 
@@ -33,33 +35,54 @@ def _number(text: str) -> float:
 
 def camera_factors(views: list[str]) -> dict[str, np.ndarray]:
     """``offset`` and ``perspective`` (1.0 when fov >= 3) per view; a factor no view names is absent."""
+    return _factors_of(_parse_views(views), np.arange(len(views)))
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """Camera fields of distinct view paths, parsed once per group (every responder shares the views)."""
+
+    has_fov: np.ndarray
+    perspective: np.ndarray
+    has_offset: np.ndarray
+    offset: np.ndarray
+    structure: np.ndarray
+    """Structure index per view: the path without its camera part, numbered in sorted order."""
+
+
+def _parse_views(views: list[str]) -> _Parsed:
     offsets = [m.group(1) if (m := _OFFSET.search(v)) else None for v in views]
     fovs = [m.group(1) if (m := _FOV.search(v)) else None for v in views]
+    names = [_CAMERA_TAIL.sub("", v) for v in views]
+    lookup = {n: i for i, n in enumerate(sorted(set(names)))}
+    return _Parsed(np.array([f is not None for f in fovs], dtype=bool),
+                   np.array([1.0 if f is not None and float(f) >= 3 else 0.0 for f in fovs]),
+                   np.array([o is not None for o in offsets], dtype=bool),
+                   np.array([math.nan if o is None else _number(o) for o in offsets]),
+                   np.fromiter(map(lookup.__getitem__, names), np.int64, len(names)))
+
+
+def _factors_of(parsed: _Parsed, codes: np.ndarray) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
-    if any(f is not None for f in fovs):
-        out["perspective"] = np.array([1.0 if f is not None and float(f) >= 3 else 0.0 for f in fovs])
-    if any(o is not None for o in offsets):
-        out["offset"] = np.array([math.nan if o is None else _number(o) for o in offsets])
+    if parsed.has_fov[codes].any():
+        out["perspective"] = parsed.perspective[codes]
+    if parsed.has_offset[codes].any():
+        out["offset"] = parsed.offset[codes]
     return out
 
 
 def _welch(hi: np.ndarray, lo: np.ndarray) -> tuple[float, float]:
     """(se of the difference of means, Welch two-sided p)."""
-    from scipy.stats import ttest_ind
-
     se = math.sqrt(lo.var(ddof=1) / lo.size + hi.var(ddof=1) / hi.size) if lo.size > 1 and hi.size > 1 else math.nan
-    try:
-        p = float(ttest_ind(hi, lo, equal_var=False).pvalue)
-    except (ValueError, ZeroDivisionError):
-        p = math.nan
-    return se, p
+    return se, pvalues.welch_ttest(hi, lo)
 
 
 def camera_effect_rows(group: Group) -> list[Row]:
     """Figure 18: per responder, task and camera factor, high-level minus low-level accuracy (Welch test)."""
     rows: list[Row] = []
+    parsed = _parse_views(group.view_names)
     for model in group.models:
-        factors = camera_factors(group.tables[model].views)
+        factors = _factors_of(parsed, group.codes[model])
         for task in (t for t in TASK_COLUMNS if group.has(model, t)):
             values = group.col(model, task)
             for factor in (f for f in ("perspective", "offset") if f in factors):
@@ -108,19 +131,11 @@ def paired_deltas(struct: np.ndarray, block: np.ndarray, contrast: np.ndarray, v
 
 def _ttest(deltas: np.ndarray) -> tuple[float, float, float]:
     """(mean, t, p) of a one-sample t-test against 0; t and p NaN with fewer than 5 structures."""
-    from scipy.stats import ttest_1samp
-
     mean = float(np.mean(deltas)) if deltas.size else math.nan
     if deltas.size < MIN_STRUCTURES:
         return mean, math.nan, math.nan
-    res = ttest_1samp(deltas, 0.0)
-    return mean, float(res.statistic), float(res.pvalue)
-
-
-def _structures(views: list[str]) -> np.ndarray:
-    names = [_CAMERA_TAIL.sub("", v) for v in views]
-    lookup = {n: i for i, n in enumerate(sorted(set(names)))}
-    return np.fromiter(map(lookup.__getitem__, names), np.int64, len(names))
+    t, p = pvalues.ttest_1samp(deltas)
+    return mean, t, p
 
 
 def camera_within_structure_rows(group: Group) -> list[Row]:
@@ -128,12 +143,11 @@ def camera_within_structure_rows(group: Group) -> list[Row]:
     one-sample t-test over structures and BH across the tasks of each responder."""
     tasks = [t for t in HIERARCHY_COLUMNS if group.any_has(t)]
     rows: list[Row] = []
+    parsed = _parse_views(group.view_names)
     for model in group.models:
-        views = group.tables[model].views
-        struct = _structures(views)
-        fov = [m.group(1) if (m := _FOV.search(v)) else None for v in views]
-        persp = np.array([1.0 if f is not None and float(f) >= 3 else 0.0 for f in fov])
-        offset = np.array([_number(m.group(1)) if (m := _OFFSET.search(v)) else math.nan for v in views])
+        codes = group.codes[model]
+        # structures numbered over the group (sorted like each responder's own): paired_deltas keeps their order
+        struct, persp, offset = parsed.structure[codes], parsed.perspective[codes], parsed.offset[codes]
         p_levels, o_levels = np.unique(persp[~np.isnan(persp)]), np.unique(offset[~np.isnan(offset)])
         model_rows = []
         for task in tasks:

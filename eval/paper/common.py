@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eval.groups import in_group, require_groups
+from eval.paper import pvalues
 from eval.rawcsv import PANDAS_NA_STRINGS, ResponderTable
 from spatialiq_train.core.tasks import TASKS
 
@@ -179,14 +180,11 @@ def present(values: np.ndarray) -> np.ndarray:
 
 def pearson(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Pearson r and two-sided p over rows where both are finite; NaN with < 3 rows or a constant side."""
-    from scipy.stats import pearsonr
-
     keep = np.isfinite(x) & np.isfinite(y)
     x, y = x[keep], y[keep]
-    if x.size < 3 or np.unique(x).size < 2 or np.unique(y).size < 2:
+    if x.size < 3 or x.min() == x.max() or y.min() == y.max():
         return math.nan, math.nan
-    r, p = pearsonr(x, y)
-    return float(r), float(p)
+    return pvalues.pearsonr(x, y)
 
 
 def view_means(view: np.ndarray, values: np.ndarray, n_views: int) -> np.ndarray:

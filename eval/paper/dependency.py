@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from eval.paper import pvalues
 from eval.paper.common import Group, Pool, fe_pearson, varying_views
 from eval.paper.twoway import scene_stats, slope_with_ci
 from eval.stats import benjamini_hochberg
@@ -40,19 +41,14 @@ def _mean(values: np.ndarray) -> float:
 
 def _chi2_p(met: np.ndarray, unmet: np.ndarray) -> float:
     """Pearson chi-square (no continuity correction) p of the 2x2 met/unmet x dependent right/wrong table."""
-    from scipy.stats import chi2_contingency
-
     table = [[int(met.sum()), met.size - int(met.sum())], [int(unmet.sum()), unmet.size - int(unmet.sum())]]
-    try:
-        return float(chi2_contingency(table, correction=False)[1])
-    except ValueError:  # an empty row or column: expected frequency zero
-        return math.nan
+    return pvalues.chi2_2x2(table)  # NaN for an empty row or column (expected frequency zero)
 
 
 def _draw_counts(draws: np.ndarray, size: int) -> np.ndarray:
-    """(K, size) how often each index was drawn in each of K rows of draws."""
-    offsets = np.arange(draws.shape[0])[:, None] * size
-    return np.bincount((draws + offsets).ravel(), minlength=draws.shape[0] * size).reshape(-1, size).astype(float)
+    """(K, size) how often each index was drawn in each of K rows of draws (``draws`` is overwritten)."""
+    draws += np.arange(draws.shape[0])[:, None] * size
+    return np.bincount(draws.ravel(), minlength=draws.shape[0] * size).reshape(-1, size).astype(float)
 
 
 def bootstrap_lift_ci(pool: Pool, parent: np.ndarray, child: np.ndarray, varying: np.ndarray, n_views: int,
@@ -67,8 +63,9 @@ def bootstrap_lift_ci(pool: Pool, parent: np.ndarray, child: np.ndarray, varying
     met, unmet = ws & (parent == 1), ws & (parent == 0)
     stats = np.stack([np.bincount(pool.view[m], weights=w, minlength=n_views)[scenes]
                       for m, w in ((met, child[met]), (met, None), (unmet, child[unmet]), (unmet, None))], 1)
-    draws = np.random.default_rng(seed).integers(0, scenes.size, size=(n_boot, scenes.size))
-    sums = np.concatenate([_draw_counts(draws[i:i + 250], scenes.size) @ stats for i in range(0, n_boot, 250)])
+    rng = np.random.default_rng(seed)  # batches of (250, V) draws equal one (n_boot, V) draw (test_paper_draws.py)
+    sums = np.concatenate([_draw_counts(rng.integers(0, scenes.size, size=(min(250, n_boot - i), scenes.size)),
+                                        scenes.size) @ stats for i in range(0, n_boot, 250)])
     ok = (sums[:, 1] > 0) & (sums[:, 3] > 0)
     if ok.sum() < 10:
         return math.nan, math.nan
@@ -93,15 +90,14 @@ def permutation_null(model: np.ndarray, parent: np.ndarray, child: np.ndarray, o
     met_n = float(parent.sum())
     unmet_n = float(parent.size - met_n)
     total = float(child.sum())
-    rng = np.random.default_rng(seed)
-    null = np.empty(n_perm)
-    for i in range(n_perm):
-        met_c = 0.0
-        for p, c in zip(parents, childs, strict=True):
-            met_c += float(c @ rng.permutation(p))
-        null[i] = met_c / met_n - (total - met_c) / unmet_n if met_n > 0 and unmet_n > 0 else math.nan
     if met_n <= 0 or unmet_n <= 0:
         return math.nan, math.nan
+    # The draws are the official ones, one permutation per responder and replicate in that order: numpy's shuffle
+    # is the whole cost, so the loop only keeps Python out of its way (counts are integers: the sums are exact).
+    permute = np.random.default_rng(seed).permutation
+    pairs = list(zip(parents, childs, strict=True))
+    met = np.array([sum([c @ permute(p) for p, c in pairs]) for _ in range(n_perm)], dtype=np.float64)
+    null = met / met_n - (total - met) / unmet_n
     return (1 + int((null >= observed).sum())) / (1 + n_perm), float(null.mean())
 
 
@@ -236,8 +232,6 @@ def responder_controlled_rows(group: Group) -> list[Row]:
 def mcnemar_rows(group: Group) -> list[Row]:
     """table6_mcnemar_object_counting: every pair of responders ranked by Object Counting accuracy; exact
     two-sided McNemar on shared views (a missing answer counts as wrong), BH-adjusted over all pairs."""
-    from scipy.stats import binomtest
-
     accs = {m: float(np.nanmean(group.col(m, "main"))) for m in group.models}
     names = sorted(accs, key=lambda m: -accs[m])
     answers, seen = {}, {}
@@ -256,7 +250,7 @@ def mcnemar_rows(group: Group) -> list[Row]:
             if common.sum() >= MIN_COMMON:
                 ya, yb = answers[a][common], answers[b][common]
                 n_b, n_c = int(((ya == 0) & (yb == 1)).sum()), int(((ya == 1) & (yb == 0)).sum())
-                p = 1.0 if n_b + n_c == 0 else float(binomtest(n_b, n_b + n_c, 0.5).pvalue)
+                p = 1.0 if n_b + n_c == 0 else pvalues.binomtest(n_b, n_b + n_c, 0.5)
             rows.append({"modality": group.name, "model_a": a, "model_b": b, "acc_a": accs[a], "acc_b": accs[b],
                          "n_common": int(common.sum()), "a_wrong_b_right": n_b, "a_right_b_wrong": n_c,
                          "p_mcnemar": p, "is_adjacent": j == i + 1})

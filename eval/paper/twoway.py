@@ -84,10 +84,12 @@ def _outer_basis(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return onehot, np.einsum("pr,ps->prs", patterns, patterns) / p_sizes[:, None, None]
 
 
-def moments(stats: SceneStats, weights: np.ndarray | None = None) -> np.ndarray:
-    """(K, 3) moments xx, xy, yy under scene weights (K, V); unweighted (1, 3) when ``weights`` is None."""
+def moments(stats: SceneStats, weights: np.ndarray | None = None,
+            outer: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """(K, 3) moments xx, xy, yy under scene weights (K, V); unweighted (1, 3) when ``weights`` is None.
+    ``outer`` is ``_outer_basis(stats.n)`` when the caller has it already (one per bootstrap, not per batch)."""
     w = np.ones((1, stats.q.shape[0])) if weights is None else weights
-    coef, basis = _outer_basis(stats.n)
+    coef, basis = _outer_basis(stats.n) if outer is None else outer
     n_r = stats.n.shape[1]
     b = (w @ stats.b.reshape(stats.b.shape[0], -1)).reshape(w.shape[0], n_r, 2)
     return _moments(w @ stats.q, b, w @ stats.n, np.einsum("kp,prs->krs", w @ coef, basis))
@@ -103,13 +105,16 @@ def bootstrap_slopes(stats: SceneStats, n_boot: int, seed: int, batch: int = 250
     """Two-way slopes of y on x over ``n_boot`` scene-cluster resamples (replicates with x'Mx = 0 dropped)."""
     rng = np.random.default_rng(seed)
     n_v = stats.q.shape[0]
-    draws = stats.order[rng.integers(0, n_v, size=(n_boot, n_v))]
+    outer = _outer_basis(stats.n)
+    rows = np.arange(batch)[:, None] * n_v
     out = []
     for start in range(0, n_boot, batch):
-        chunk = draws[start:start + batch]
-        rows = np.arange(chunk.shape[0])[:, None] * n_v
-        w = np.bincount((chunk + rows).ravel(), minlength=chunk.shape[0] * n_v).reshape(-1, n_v).astype(np.float64)
-        m = moments(stats, w)
+        # a (k, V) draw equals k draws of size V (tests/test_paper_draws.py): the official one per replicate
+        chunk = rng.integers(0, n_v, size=(min(batch, n_boot - start), n_v))
+        np.take(stats.order, chunk, out=chunk)
+        chunk += rows[:chunk.shape[0]]
+        w = np.bincount(chunk.ravel(), minlength=chunk.shape[0] * n_v).reshape(-1, n_v).astype(np.float64)
+        m = moments(stats, w, outer)
         keep = m[:, 0] > 0
         out.append(m[keep, 1] / m[keep, 0])
     return np.concatenate(out) if out else np.zeros(0)
