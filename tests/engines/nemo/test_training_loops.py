@@ -13,22 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _learning
 import numpy as np
 import pytest
 from _cpu_workers import CONSOLIDATED, LOG, CpuGeneration, CpuPolicy, reset_log
-from _nemo_support import write_all_traces, write_config
+from _nemo_support import write_config
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
 from spatialiq_train.core.groups import filter_groups
-from spatialiq_train.nemo import driver
 
 G = 4
 """Generations per view in the RL phase (the recipe's 8 halved: the CPU generates every sample)."""
-SFT_SETS = ("sft.optimizer.learning_rate=3e-3", "sft.optimizer.max_steps=30", "sft.optimizer.num_train_epochs=20",
-            "sft.optimizer.per_device_train_batch_size=8", "sft.optimizer.gradient_accumulation_steps=1",
-            "sft.validation.every_steps=15", "sft.validation.max_samples=8", "logging.save_steps=15",
-            "logging.report_to=[tensorboard]")
 RL_SETS = (f"rl.num_generations={G}", "rl.optimizer.max_steps=3", "rl.optimizer.learning_rate=1e-3",
            "rl.optimizer.warmup_steps=0", "generation.max_completion_length=10", "rl.overlong.buffer_length=4",
            "rl.overlong.max_response_length=10", "rl.validation.every_steps=3", "rl.validation.max_samples=8",
@@ -41,13 +37,7 @@ class Kill(Exception):  # noqa: N818 - a signal, not an error
 
 @pytest.fixture(scope="module")
 def cpu_workers() -> Iterator[pytest.MonkeyPatch]:
-    import nemo_rl.algorithms.grpo as grpo
-    import nemo_rl.algorithms.sft as sft
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(grpo, "Policy", CpuPolicy)
-        mp.setattr(sft, "Policy", CpuPolicy)
-        mp.setattr(grpo, "VllmGeneration", CpuGeneration)
+    with pytest.MonkeyPatch.context() as mp, _learning.cpu_workers():
         yield mp
 
 
@@ -68,53 +58,27 @@ class Spy:
         return out
 
 
-def _run(phase: str, cfg: Path, *overrides: str) -> None:
-    """The driver as ``spatialiq nemo PHASE --config CFG`` runs it (each run attaches to the session's Ray head)."""
-    import ray
-
-    ray.shutdown()
-    try:
-        driver.run(phase, cfg, overrides)
-    finally:
-        ray.shutdown()
+_run = _learning.run_driver
 
 
-def _metrics(log_dir: Path, name: str) -> dict[int, float]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    found: dict[int, float] = {}
-    for events in sorted(log_dir.rglob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(events))
-        acc.Reload()
-        if name in acc.Tags().get("scalars", []):
-            found.update({e.step: e.value for e in acc.Scalars(name)})
-    return found
+_metrics = _learning.scalars
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, ray_head: str, cpu_workers: pytest.MonkeyPatch) -> dict[str, Any]:
+def runs(warm: _learning.WarmUp, cpu_workers: pytest.MonkeyPatch) -> dict[str, Any]:
     import nemo_rl.algorithms.grpo as grpo
 
+    root = warm.root / "loops"
     reset_log()
-    root = tmp_path_factory.mktemp("loops")
-    data_root = write_all_traces(root / "data", rows=64)
-    sft_cfg, sft_written = write_config("dapo_tight_7b", "sft", data_root, root / "sft", gpus=1, extra=SFT_SETS)
-    _run("sft", sft_cfg)
-    sft_train = list(LOG["train"])
-    sft_ckpts = Path(sft_written["checkpointing"]["checkpoint_dir"])
-    hf = root / "sft_hf"
-    result = CliRunner().invoke(app, ["nemo", "convert", "--checkpoint", str(sft_ckpts), "--out", str(hf)])
-    assert result.exit_code == 0, result.output
-
-    reset_log()
-    rl_cfg, rl_written = write_config("dapo_tight_7b", "rl", data_root, root / "rl", gpus=1,
-                                      extra=(*RL_SETS, f"rl.init_from={hf}"))
+    rl_cfg, rl_written = write_config("dapo_tight_7b", "rl", warm.data_root, root / "rl", gpus=1,
+                                      extra=(*RL_SETS, f"rl.init_from={warm.hf}"))
     spy = Spy()
     cpu_workers.setattr(grpo, "dynamic_sampling", spy)
     _run("rl", rl_cfg)
-    return {"sft_written": sft_written, "sft_train": sft_train, "sft_ckpts": sft_ckpts, "hf": hf,
+    return {"sft_written": warm.written, "sft_train": warm.train,
+            "sft_ckpts": Path(warm.written["checkpointing"]["checkpoint_dir"]), "hf": warm.hf,
             "rl_written": rl_written, "rl_cfg": rl_cfg, "spy": spy, "log": {k: list(v) for k, v in LOG.items()},
-            "root": root, "data_root": data_root}
+            "root": root, "data_root": warm.data_root}
 
 
 def test_sft_train_runs_and_learns_the_format(runs: dict[str, Any]) -> None:
@@ -237,7 +201,7 @@ def test_a_killed_run_resumes_where_it_stopped(runs: dict[str, Any], cpu_workers
                                 "save_period": 1}
     written["logger"] = {**written["logger"], "log_dir": str(root / "logs")}
     cfg = root / "rl.yaml"
-    root.mkdir()
+    root.mkdir(parents=True)
     cfg.write_text(yaml.safe_dump(written), encoding="utf-8")
 
     real_train = CpuPolicy.train
