@@ -92,3 +92,22 @@ def test_idle_rl_cause_is_none_once_one_step_moved_the_weights() -> None:
     assert L.idle_rl_cause([_step(0.0, 0.9, 0.0), _step(0.3, 0.1, 1.0)], 24) is None
     assert L.idle_rl_cause([], 24) is None
     assert L.idle_rl_cause([_step(float("nan"), 0.0, 2.0)], 24) == L.idle_rl_cause([_step(0.0, 0.0, 2.0)], 24)
+
+
+def test_rl_learned_nothing_reads_the_phase_metrics(tmp_path: Path) -> None:
+    """What `train rl` and `run dapo-tight` print in their summary: the quick start's old failure (CoT traces cut at
+    24 tokens, every group filtered) is named with its knobs; a phase that moved its weights says nothing."""
+    import json
+
+    from _train_support import tiny_recipe
+
+    from spatialiq_train.train.rl import rl_learned_nothing
+
+    recipe = tiny_recipe(["generation.max_completion_length=24"])
+    idle = [_step(0.0, 0.94, 0.0) | {"step": s, "train/loss": 0.0} for s in (1, 2, 3, 4)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in idle), encoding="utf-8")
+    msg = rl_learned_nothing(recipe, tmp_path)
+    assert msg is not None and "none of its 4 steps" in msg and "now 24" in msg
+    moved = [*idle, _step(0.5, 0.1, 2.0) | {"step": 5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in moved), encoding="utf-8")
+    assert rl_learned_nothing(recipe, tmp_path) is None
