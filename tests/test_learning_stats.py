@@ -111,3 +111,24 @@ def test_rl_learned_nothing_reads_the_phase_metrics(tmp_path: Path) -> None:
     moved = [*idle, _step(0.5, 0.1, 2.0) | {"step": 5}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in moved), encoding="utf-8")
     assert rl_learned_nothing(recipe, tmp_path) is None
+
+
+def test_the_demo_report_gets_one_learning_section(tmp_path: Path) -> None:
+    """The demo appends the curve and its paragraph to report.md, and a rerun replaces them rather than adding more."""
+    import json
+
+    from spatialiq_train.cli.demo_learning import PLOT_NAME, SECTION_MARK, write_learning_section
+
+    for name, dist in (("rl", [0.2, 0.4, 0.6]), ("control", [0.2, 0.3, 0.3])):
+        (tmp_path / name).mkdir()
+        rows = [_row(s, 1.0, d) for s, d in enumerate(dist, 1)]
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "report.md").write_text("# Report\n\ntable\n", encoding="utf-8")
+    for _ in range(2):
+        summary = write_learning_section(tmp_path / "rl", tmp_path / "control", report, WEIGHTS, seed=0)
+    text = (report / "report.md").read_text(encoding="utf-8")
+    assert text.startswith("# Report\n\ntable\n") and text.count(SECTION_MARK) == 1
+    assert summary.lift == pytest.approx(0.9 * 0.3) and "a lift of +0.27" in text and "does not show" in text
+    assert (report / PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
