@@ -16,7 +16,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT, COT_TARGET_TEMPLATE, TRAINING_CRITICAL_INSTRUCTION
+from spatialiq_train.core.prompts import (
+    COT_SYSTEM_PROMPT,
+    COT_TARGET_TEMPLATE,
+    TRAINING_CRITICAL_INSTRUCTION,
+    TRAINING_DEFINITIONS,
+    TRAINING_QUESTIONS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +61,10 @@ TINY_VISION = {
 
 
 def _corpus(extra: list[str] | None = None) -> list[str]:
-    lines = [TRAINING_CRITICAL_INSTRUCTION, COT_SYSTEM_PROMPT, COT_TARGET_TEMPLATE]
+    # the whole training prompt (instruction, definitions, questions), so that its words are single tokens: the
+    # prompt is about 300 tokens instead of 720, which makes every tiny forward pass about twice as fast
+    lines = [TRAINING_CRITICAL_INSTRUCTION, TRAINING_DEFINITIONS, *TRAINING_QUESTIONS.values(), COT_SYSTEM_PROMPT,
+             COT_TARGET_TEMPLATE]
     lines += [f"<answer>{i}</answer>" for i in range(100)]
     lines += ["system", "user", "assistant", "You are a helpful assistant.", "How many blocks are there?"]
     return lines + list(extra or [])

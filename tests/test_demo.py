@@ -29,17 +29,22 @@ def _parse(args: list[str]):  # noqa: ANN202 - typer's (vendored) click Context
 def test_every_demo_step_parses(tmp_path: Path) -> None:
     steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
     names = [ctx.command.name for ctx in map(_parse, steps)]
-    assert names == ["gen", "gen", "check-splits", "traces", "dapo-tight", "sample", "score", "report", "release"]
+    assert names == ["gen", "gen", "check-splits", "traces", "dapo-tight", "rl", "sample", "score", "report",
+                     "release"]
 
 
 def test_demo_steps_chain_outputs_to_inputs(tmp_path: Path) -> None:
     steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
-    gen_train, gen_bench, _, traces, run, sample, score, report, release = steps
+    gen_train, gen_bench, _, traces, run, control, sample, score, report, release = steps
     train_dir, bench_dir = gen_train[2], gen_bench[2]
     assert traces[traces.index("--data") + 1] == train_dir
     assert f"data.traces_dir={traces[traces.index('--out') + 1]}" in run
     assert traces[traces.index("--kind") + 1] == "plain"
     assert sample[sample.index("--model") + 1] == str(Path(run[run.index("--out") + 1]) / "final")
+    # the control: same recipe, data and budgets, from the run's SFT checkpoint, weights frozen
+    assert "--control" in control and control[control.index("--recipe") + 1] == run[run.index("--recipe") + 1]
+    assert [a for a in run if "=" in a] == [a for a in control if "=" in a and not a.startswith("rl.init_from=")]
+    assert f"rl.init_from={Path(run[run.index('--out') + 1]) / 'sft' / 'final'}" in control
     assert sample[sample.index("--data") + 1] == bench_dir == score[score.index("--data") + 1]
     assert score[score.index("--completions") + 1] == sample[sample.index("--out") + 1]
     assert report[report.index("--metrics") + 1].endswith("metrics_demo-tiny.json")

@@ -1,24 +1,31 @@
 """`spatialiq demo`: the whole pipeline end to end on the CPU, small enough for a laptop.
 
 Generate rendered cube scenes (train and benchmark splits), write traces, run the two-phase
-DAPO-tight recipe (SFT warm-up, then GRPO/DAPO) on the offline tiny Qwen2.5-VL, sample the trained checkpoint on
-the benchmark split, score it and write the report. Every step is one of the ordinary
-``spatialiq`` commands, run in-process in order; each of them resumes, so rerunning the demo
-after an interruption continues where it stopped.
+DAPO-tight recipe (SFT warm-up, then GRPO/DAPO) on the offline tiny Qwen2.5-VL, run the RL phase's control (the
+same rollouts and rewards at the unchanged SFT weights), sample the trained checkpoint on the benchmark split, score
+it and write the report with the learning curve. Every step is one of the ordinary ``spatialiq`` commands, run
+in-process in order; each of them resumes, so rerunning the demo after an interruption continues where it stopped.
+Each step's wall and CPU seconds are printed as it ends.
 """
 
 from __future__ import annotations
 
 import logging
 import shlex
+import time
 from pathlib import Path
 
 import typer
 
 log = logging.getLogger(__name__)
 
-DEMO_TRAINING = ("sft.optimizer.max_steps=120", "rl.optimizer.max_steps=16")
-"""Budgets on top of recipes/tiny_cpu.yaml: enough SFT steps for the tiny model to learn the answer format."""
+DEMO_TRAINING = ("sft.optimizer.max_steps=120", "rl.optimizer.max_steps=16", "logging.save_steps=40")
+"""Budgets on top of recipes/tiny_cpu.yaml: enough SFT steps for the tiny model to learn the answer format, the
+first third of the shipped RL budget, and a checkpoint every 40 steps (not every 2: saving was a tenth of the
+training time)."""
+
+CONTROL = "control"
+"""The control's folder under the run folder: the RL phase's rollouts and rewards at the unchanged SFT weights."""
 
 TINY_NOTE = ("The demo trains a tiny randomly initialised Qwen2.5-VL (about 0.25 M parameters) for minutes on a CPU; "
              "its accuracy means nothing about spatial reasoning. The demo shows the pipeline, not a model.")
@@ -60,6 +67,7 @@ def demo_steps(
     """The demo's commands, as argument lists for the ``spatialiq`` app (pure; tested)."""
     train, bench = out / "data-train", out / "data-benchmark"
     traces, run, evals = out / "traces", out / "run", out / "eval"
+    data_keys = [f"data.traces_dir={traces}", f"data.data_root={train}"]
     common = ["--seed", str(seed), "--renderer", renderer, "--resolution", str(resolution),
               "--render-variant", render_variant]
     return [
@@ -67,8 +75,9 @@ def demo_steps(
         ["gen", "--out", str(bench), "--structures", str(benchmark_structures), "--split", "benchmark", *common],
         ["check-splits", str(train), str(bench)],
         ["traces", "--data", str(train), "--out", str(traces), "--kind", kind],
-        ["run", "dapo-tight", "--recipe", str(recipe), "--out", str(run),
-         f"data.traces_dir={traces}", f"data.data_root={train}", *DEMO_TRAINING],
+        ["run", "dapo-tight", "--recipe", str(recipe), "--out", str(run), *data_keys, *DEMO_TRAINING],
+        ["train", "rl", "--recipe", str(recipe), "--out", str(run / CONTROL), "--control",
+         f"rl.init_from={run / 'sft' / 'final'}", *data_keys, *DEMO_TRAINING],
         ["eval", "sample", "--model", str(run / "final"), "--data", str(bench),
          "--out", str(evals / "completions.jsonl"), "--k", str(k), "--max-new-tokens", str(max_new_tokens),
          "--engine", "transformers"],
@@ -87,7 +96,7 @@ def demo(
     benchmark_structures: int = typer.Option(4, "--benchmark-structures", help="Benchmark structures."),
     renderer: str = typer.Option("mitsuba", "--renderer", help="mitsuba (CPU default) or isaacsim."),
     resolution: int = typer.Option(
-        128, "--resolution", help="Image side; the tiny model sees 112 px anyway (the benchmark uses 512)."),
+        112, "--resolution", help="Image side: the tiny model's 112 px (the benchmark uses 512)."),
     seed: int = typer.Option(0, "--seed"),
     k: int = typer.Option(4, "--k", help="Completions per benchmark view."),
     max_new_tokens: int = typer.Option(48, "--max-new-tokens"),
@@ -115,7 +124,7 @@ def demo(
     if kind not in ("plain", "cot"):
         raise UserError(f"--kind must be plain or cot, got {kind!r}")
     # a missing or invalid recipe (or a directory, or an unknown reward) stops the demo before any work
-    load_checked(recipe, list(DEMO_TRAINING))
+    rec = load_checked(recipe, list(DEMO_TRAINING))
     if render_variant == "auto" and (recorded := recorded_variant(out / "data-train", out / "data-benchmark")):
         typer.echo(f"note: {out} was rendered with {recorded}; rendering the rest with it too", err=True)
         render_variant = recorded
@@ -124,10 +133,21 @@ def demo(
     verbose = bool(ctx.meta.get(VERBOSE_KEY))
     for n, args in enumerate(steps, 1):
         typer.secho(f"[{n}/{len(steps)}] spatialiq {shlex.join(args)}", bold=True)
+        wall, cpu = time.perf_counter(), time.process_time()
         rc = run_step(ctx, args, verbose)
         if rc:
             raise UserError(f"demo step {n} failed (exit {rc}, its error is above): spatialiq {shlex.join(args)}",
                             exit_code=rc)
+        name = args[0] if args[1].startswith("-") or "/" in args[1] else f"{args[0]} {args[1]}"
+        typer.echo(f"[{n}/{len(steps)}] {name}: {time.perf_counter() - wall:.1f} s wall, "
+                   f"{time.process_time() - cpu:.1f} s CPU")
+    from spatialiq_train.cli.demo_learning import write_learning_section
+
+    summary = write_learning_section(out / "run" / "rl", out / "run" / CONTROL, out / "eval" / "report",
+                                     rec.reward.weights, rec.run.seed)
+    s = summary.seeds[0]
+    typer.secho(f"RL vs its control over the last third of the RL steps: {s.rl_mean:.2f} vs {s.control_mean:.2f} "
+                f"(lift {s.lift:+.2f}); curve in {out / 'eval' / 'report' / 'learning_curve.png'}", bold=True)
     typer.secho(f"Done. Report: {out / 'eval' / 'report' / 'report.md'}; release: {out / 'release'}", bold=True)
     typer.secho(f"Note: {TINY_NOTE}", bold=True)
 

@@ -43,16 +43,29 @@ def sft_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] 
     typer.echo(f"SFT finished: {final}")
 
 
+def _learned_nothing_note(rec, rl_dir: Path) -> None:  # noqa: ANN001
+    """The summary's warning when no RL step updated the weights (cause and knobs), on stderr."""
+    from spatialiq_train.train.rl import rl_learned_nothing
+
+    if cause := rl_learned_nothing(rec, rl_dir):
+        typer.secho(f"WARNING: {cause}", err=True, bold=True)
+
+
 def rl_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES,
-           extend: bool = EXTEND) -> None:
+           extend: bool = EXTEND,
+           control: bool = typer.Option(False, "--control", help="The control of a learning curve: generate and "
+                                        "score as RL does, at the unchanged weights (no loss, no update).")) -> None:
     """GRPO under the DAPO recipe on data.rl_split, starting from (and KL-anchored to) rl.init_from."""
     from spatialiq_train.train.rl import run_rl
 
     rec = load_checked(recipe, overrides)
     if rec.rl.init_from is None and not rec.model.tiny:
         typer.echo("note: rl.init_from is not set; starting from (and anchoring to) model.name_or_path", err=True)
-    final = run_rl(rec, _out(rec, out, "rl"), extend=extend)
-    typer.echo(f"RL finished: {final}")
+    rl_dir = _out(rec, out, "rl")
+    final = run_rl(rec, rl_dir, extend=extend, frozen=control)
+    typer.echo(f"RL {'control ' if control else ''}finished: {final}")
+    if not control:
+        _learned_nothing_note(rec, rl_dir)
 
 
 def dapo_tight_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES,
@@ -61,8 +74,10 @@ def dapo_tight_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: lis
     from spatialiq_train.train.run import run_dapo_tight
 
     rec = load_checked(recipe, overrides)
-    final = run_dapo_tight(rec, out if out is not None else Path(rec.run.output_dir), extend=extend)
+    run_dir = out if out is not None else Path(rec.run.output_dir)
+    final = run_dapo_tight(rec, run_dir, extend=extend)
     typer.echo(f"DAPO-tight finished: {final}")
+    _learned_nothing_note(rec, run_dir / "rl")
 
 
 def validate_cmd(

@@ -6,7 +6,9 @@ scores a batch with the parent implementation, keeps the groups that `core.group
 NeMo-RL runs use too), and generates again for freshly drawn prompts until the batch is full or `max_refill_rounds`
 extra rounds were spent (verl's `max_num_gen_batches`). Slots still empty after the cap are filled with dropped
 groups whose loss mask is zeroed, so they carry no gradient and do not enter the normaliser. It also wraps
-`_calculate_rewards` only to read the per-function rewards that decide the filter.
+`_calculate_rewards` only to read the per-function rewards that decide the filter. With `frozen`, `training_step`
+generates and scores but never computes a loss: the control of a learning curve, at the unchanged weights, through
+the same rollout code and seeds.
 
 Under data parallelism each process filters and refills its own groups (so the per-device generation batch must
 hold whole groups), all processes run the same number of rounds (the parent's collectives stay in step), each
@@ -145,9 +147,11 @@ class DynamicSamplingMixin:
         max_refill_rounds: int = 10,
         filter_reward_mask: Sequence[bool] | None = None,
         refill_seed: int | None = None,
+        frozen: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.frozen = frozen
         self.dynamic_sampling = dynamic_sampling
         self.max_refill_rounds = max_refill_rounds
         n_funcs = len(self.reward_funcs)
@@ -164,6 +168,17 @@ class DynamicSamplingMixin:
                 f"dynamic sampling needs whole groups per device: per_device_train_batch_size x "
                 f"steps_per_generation = {local} is not a multiple of num_generations = {self.num_generations}"
             )
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001, ANN201
+        """A frozen trainer (the learning curve's control) generates, filters and scores every batch exactly as the
+        RL run does (TRL's `training_step` and `_prepare_inputs`, logging the same rollout and reward metrics), but
+        its loss is a constant 0 with no graph to the weights: no forward, no gradient, and the optimizer has
+        nothing to apply, so the weights stay those it started from."""
+        if not self.frozen:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        import torch
+
+        return torch.zeros((), device=self.accelerator.device, requires_grad=True)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)

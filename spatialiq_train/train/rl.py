@@ -88,7 +88,7 @@ def _config_class(**kwargs: Any) -> Any:
     return GRPOConfig(**kwargs)
 
 
-def _make_trainer(recipe: Recipe, rewards: RewardSetup) -> Any:
+def _make_trainer(recipe: Recipe, rewards: RewardSetup, frozen: bool = False) -> Any:
     def make(model_path: str, args: Any, train_dataset: Any, eval_dataset: Any, processor: Any,
              callbacks: list[Any]) -> Any:
         from spatialiq_train.train.data import with_pixel_budget
@@ -103,16 +103,17 @@ def _make_trainer(recipe: Recipe, rewards: RewardSetup) -> Any:
             reward_funcs=rewards.funcs, args=args, train_dataset=fitted, eval_dataset=eval_dataset,
             processing_class=processor, peft_config=common.lora_config(recipe), callbacks=callbacks,
             dynamic_sampling=ds.enabled, max_refill_rounds=ds.max_refill_rounds,
-            filter_reward_mask=rewards.filter_mask)
+            filter_reward_mask=rewards.filter_mask, frozen=frozen)
 
     return make
 
 
-def rl_phase(recipe: Recipe, rewards: RewardSetup | None = None) -> phase.PhaseSpec:
+def rl_phase(recipe: Recipe, rewards: RewardSetup | None = None, frozen: bool = False) -> phase.PhaseSpec:
+    """The RL phase; `frozen` makes it the control of a learning curve (rollouts and rewards, no update)."""
     rewards = rewards or reward_setup(recipe)
     return phase.PhaseSpec(name="rl", config_class=_config_class,
                            phase_kwargs=lambda r: _grpo_kwargs(r, rewards.weights),
-                           make_trainer=_make_trainer(recipe, rewards),
+                           make_trainer=_make_trainer(recipe, rewards, frozen),
                            eval_batch_size=lambda r: r.rl.num_generations)
 
 
@@ -146,11 +147,28 @@ def run_rl(
     callbacks: list[Any] | None = None,
     eval_dataset: Any = None,
     extend: bool = False,
+    frozen: bool = False,
 ) -> Path:
     """Train (resuming from the newest checkpoint under `output_dir`) and export to `final_dir`
     (default `output_dir/final`). The policy starts from `model_path`, else `rl.init_from`, else the base model.
-    A finished run is complete; a larger step budget needs `extend` (`phase.run_phase`)."""
+    A finished run is complete; a larger step budget needs `extend` (`phase.run_phase`). `frozen` runs the control
+    of a learning curve: the same rollouts, rewards and logs at the unchanged weights, no loss or update
+    (`dynamic_sampling.DynamicSamplingMixin.compute_loss`).
+
+    When no step updated the weights, the phase warns, naming the cause and the knobs
+    (`core.learning.idle_rl_cause`); `rl_learned_nothing` returns that message for the CLI's summary."""
     if model_path is None and recipe.rl.init_from is not None:
         model_path = common.check_init_from(recipe.rl.init_from)
-    return phase.run_phase(rl_phase(recipe, rewards), recipe, output_dir, model_path, train_dataset, eval_dataset,
-                           final_dir, callbacks, extend)
+    final = phase.run_phase(rl_phase(recipe, rewards, frozen), recipe, output_dir, model_path, train_dataset,
+                            eval_dataset, final_dir, callbacks, extend)
+    if not frozen and (cause := rl_learned_nothing(recipe, output_dir)):
+        log.warning("%s", cause)
+    return final
+
+
+def rl_learned_nothing(recipe: Recipe, output_dir: str | Path) -> str | None:
+    """Why the RL phase under `output_dir` updated no weight (from its metrics.jsonl), or None when it did."""
+    from spatialiq_train.core.learning import idle_rl_cause
+    from spatialiq_train.core.metrics import read_metrics
+
+    return idle_rl_cause(read_metrics(Path(output_dir) / "metrics.jsonl"), recipe.generation.max_completion_length)
