@@ -128,6 +128,7 @@ def test_demo_rerun_keeps_the_recorded_render_variant_and_offers_the_option(tmp_
     ran: list[list[str]] = []
     monkeypatch.setattr("spatialiq_train.cli.steps.run_step",
                         lambda ctx, args, verbose=False: ran.append(args) or 0)
+    monkeypatch.setattr(demo_mod, "report_learning", lambda out, rec: None)
     out = tmp_path / "demo"
     (out / "data-train").mkdir(parents=True)
     (out / "data-train" / "gen_config.json").write_text(json.dumps(

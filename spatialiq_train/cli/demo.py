@@ -14,6 +14,7 @@ import logging
 import shlex
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -115,7 +116,6 @@ def demo(
     cot`` every step runs the same way, but the tiny model does not learn the 400-token CoT
     template in a CPU budget, so RL sees reward 0 and dynamic sampling drops every group.
     """
-    from spatialiq_train.cli.steps import VERBOSE_KEY, run_step
     from spatialiq_train.cli.train import load_checked
     from spatialiq_train.core.errors import UserError
 
@@ -130,6 +130,17 @@ def demo(
         render_variant = recorded
     steps = demo_steps(out, structures, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe,
                        kind, render_variant)
+    run_steps(ctx, steps)
+    report_learning(out, rec)
+    typer.secho(f"Done. Report: {out / 'eval' / 'report' / 'report.md'}; release: {out / 'release'}", bold=True)
+    typer.secho(f"Note: {TINY_NOTE}", bold=True)
+
+
+def run_steps(ctx: typer.Context, steps: list[list[str]]) -> None:
+    """Each step in this process, timed; the first failure stops the demo with its exit status."""
+    from spatialiq_train.cli.steps import VERBOSE_KEY, run_step
+    from spatialiq_train.core.errors import UserError
+
     verbose = bool(ctx.meta.get(VERBOSE_KEY))
     for n, args in enumerate(steps, 1):
         typer.secho(f"[{n}/{len(steps)}] spatialiq {shlex.join(args)}", bold=True)
@@ -141,6 +152,10 @@ def demo(
         name = args[0] if args[1].startswith("-") or "/" in args[1] else f"{args[0]} {args[1]}"
         typer.echo(f"[{n}/{len(steps)}] {name}: {time.perf_counter() - wall:.1f} s wall, "
                    f"{time.process_time() - cpu:.1f} s CPU")
+
+
+def report_learning(out: Path, rec: Any) -> None:
+    """The report's learning-curve section (RL beside its control) and its one-line summary."""
     from spatialiq_train.cli.demo_learning import write_learning_section
 
     summary = write_learning_section(out / "run" / "rl", out / "run" / CONTROL, out / "eval" / "report",
@@ -148,8 +163,6 @@ def demo(
     s = summary.seeds[0]
     typer.secho(f"RL vs its control over the last third of the RL steps: {s.rl_mean:.2f} vs {s.control_mean:.2f} "
                 f"(lift {s.lift:+.2f}); curve in {out / 'eval' / 'report' / 'learning_curve.png'}", bold=True)
-    typer.secho(f"Done. Report: {out / 'eval' / 'report' / 'report.md'}; release: {out / 'release'}", bold=True)
-    typer.secho(f"Note: {TINY_NOTE}", bold=True)
 
 
 def register(app: typer.Typer) -> None:
