@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -25,42 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engines" / "nemo"))
 
-from _learning import Setting, last_third_mean, rl_run, warm_up  # noqa: E402
-
-
-def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and a t-interval across seeds (the interval is the mean alone for one seed)."""
-    from scipy import stats
-
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, mean, mean
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
-
-
-def plot(runs: list[dict], out: Path) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    colours = {"rl": "tab:blue", "frozen": "tab:grey", "flipped": "tab:red"}
-    for run in runs:
-        ax.plot(range(1, len(run["reward"]) + 1), run["reward"], color=colours[run["variant"]], alpha=0.7,
-                label=run["variant"] if run["seed"] == runs[0]["seed"] else None)
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("mean total reward (0-1)")
-    ax.set_title("NeMo-RL v0.7.0 grpo_train on the CPU: RL vs controls")
-    ax.legend()
-    path = out / "learning_nemo.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    return path
+from _learning import Setting, rl_run, warm_up  # noqa: E402
+from _nemo_support import local_ray_head  # noqa: E402
 
 
 def main() -> int:
@@ -77,33 +42,44 @@ def main() -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     setting = Setting(steps=args.steps, learning_rate=args.lr, generations=args.generations)
+    with local_ray_head(args.out / "ray"):
+        return run(args, setting)
+
+
+def run(args: argparse.Namespace, setting: Setting) -> int:
     start = time.monotonic()
     warm = warm_up(args.out / "warmup")
     data_root, hf = warm.data_root, warm.hf
     warm_s = time.monotonic() - start
-    runs, lifts = [], []
+    from spatialiq_train.core.learning import learning_summary, summary_lines, write_curves_plot
+
+    runs = []
     variants = ("rl", "frozen", "flipped") if args.flipped else ("rl", "frozen")
     for seed in args.seeds:
         got = {v: rl_run(args.out / "runs", data_root, hf, setting, v, seed) for v in variants}
         runs.extend(got.values())
-        lift = last_third_mean(got["rl"]["reward"]) - last_third_mean(got["frozen"]["reward"])
-        lifts.append(lift)
         for v, r in got.items():
             print(f"seed {seed} {v:8s} reward/step " + " ".join(f"{x:.3f}" for x in r["reward"])
-                  + f"  val acc {dict(sorted(r['val_accuracy'].items()))}", flush=True)
-        print(f"seed {seed}: lift over frozen (last third) {lift:+.3f}", flush=True)
-    mean, lo, hi = t_interval(lifts)
+                  + f"  val acc {dict(sorted(r['val_accuracy'].items()))}"
+                  + (f"  (stopped at the dynamic-sampling cap in step {r['stopped_at']})" if r["stopped_at"] else ""),
+                  flush=True)
+    by = {v: {r["seed"]: r["reward"] for r in runs if r["variant"] == v} for v in variants}
+    summary = learning_summary(by["rl"], by["frozen"])
     wall = time.monotonic() - start
-    print(f"lift over frozen: mean {mean:+.3f}, 95% t-interval [{lo:+.3f}, {hi:+.3f}] over {len(lifts)} seed(s); "
-          f"min {min(lifts):+.3f}; wall {wall:.0f} s (warm-up {warm_s:.0f} s)")
-    report = {"setting": setting.__dict__, "seeds": args.seeds, "lifts": lifts, "mean": mean, "interval": [lo, hi],
-              "wall_s": wall, "warmup_s": warm_s,
-              "runs": [{k: (str(v) if isinstance(v, Path) else v) for k, v in r.items() if k != "written"}
+    print("\n".join(summary_lines(summary, 0.10)))
+    if args.flipped:
+        flipped = learning_summary(by["flipped"], by["frozen"])
+        print("sign-flipped advantages vs frozen:\n" + "\n".join(summary_lines(flipped, 0.10)[1:]))
+    print(f"wall {wall:.0f} s (warm-up {warm_s:.0f} s)")
+    report = {"setting": setting.__dict__, "seeds": args.seeds, "lift": summary.lift,
+              "interval": [summary.low, summary.high], "spread": summary.spread,
+              "per_seed": [s.__dict__ for s in summary.seeds], "wall_s": wall, "warmup_s": warm_s,
+              "runs": [{k: v for k, v in r.items() if k in ("variant", "seed", "reward", "val_accuracy", "stopped_at")}
                        for r in runs]}
     (args.out / "learning_nemo.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
-    png = plot(runs, args.out)
-    if png:
-        print(f"plot: {png}")
+    png = write_curves_plot(args.out / "learning_nemo.png", {v: by[v] for v in variants},
+                            "NeMo-RL v0.7.0 grpo_train on the CPU: RL vs its controls")
+    print(f"plot: {png}")
     return 0
 
 

@@ -8,17 +8,20 @@ thing each:
 * ``rl``: the recipe's DAPO-tight RL;
 * ``frozen``: the same, at a learning rate of 1e-12 (the smallest the recipe accepts: the policy cannot move);
 * ``flipped``: the same as ``rl``, with v0.7.0's advantage estimator's output negated (a sign error in the
-  advantages, the failure the test must catch).
+  advantages, the failure the test must catch). Its reward can collapse until every view's samples agree; v0.7.0
+  then stops the run at the dynamic-sampling cap (the driver's exit 3), and the rest of its curve is what the last
+  batches scored (``stopped_at`` records the step).
 
-Each variant's per-step mean reward (``train/reward`` as v0.7.0 logs it: the mean total reward of the step's
-generation batch, 0-1 scale) and validation accuracy (``validation/accuracy``, held-out views) are read back from
-its TensorBoard events.
+Each variant's per-step mean reward is the recipe's reward before the overlong shaping (0-1 scale: 0.1 format +
+0.9 integer distance), averaged over every sample the step generated (every dynamic-sampling batch), as
+``dynamic_sampling`` receives it; its validation accuracy on held-out views (``validation/accuracy``) is read back
+from its TensorBoard events.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
 from spatialiq_train.nemo import driver
+from spatialiq_train.nemo.driver import DynamicSamplingCapError
 
 VARIANTS = ("rl", "frozen", "flipped")
 FROZEN_LR = 1e-12
@@ -43,16 +47,18 @@ SFT_SETS = ("sft.optimizer.learning_rate=3e-3", "sft.optimizer.max_steps=30", "s
 class Setting:
     """One RL setting: steps, learning rate, generations per view, completion budget."""
 
-    steps: int = 8
+    steps: int = 16
     learning_rate: float = 1e-3
     generations: int = 4
-    max_completion: int = 10
-    validate_every: int = 2
+    max_completion: int = 24
+    overlong_buffer: int = 8
+    validate_every: int = 4
 
     def rl_sets(self, lr: float, seed: int) -> tuple[str, ...]:
         return (f"rl.num_generations={self.generations}", f"rl.optimizer.max_steps={self.steps}",
-                f"rl.optimizer.learning_rate={lr}", "rl.optimizer.warmup_steps=0",
-                f"generation.max_completion_length={self.max_completion}", "rl.overlong.buffer_length=4",
+                "rl.optimizer.num_train_epochs=1000", f"rl.optimizer.learning_rate={lr}",
+                "rl.optimizer.warmup_steps=0", f"generation.max_completion_length={self.max_completion}",
+                f"rl.overlong.buffer_length={self.overlong_buffer}",
                 f"rl.overlong.max_response_length={self.max_completion}",
                 f"rl.validation.every_steps={self.validate_every}", "rl.validation.max_samples=8",
                 f"logging.save_steps={self.validate_every}", "sft.validation.early_stopping_patience=null",
@@ -71,6 +77,35 @@ def cpu_workers() -> Iterator[None]:
         yield
     finally:
         grpo.Policy, sft.Policy, grpo.VllmGeneration = saved
+
+
+class RewardLog:
+    """Per optimizer step, the mean unshaped reward of all samples it generated (every dynamic-sampling batch)."""
+
+    def __init__(self) -> None:
+        self.per_step: list[float] = []
+        self.pending: list[float] = []
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        import nemo_rl.algorithms.grpo as grpo
+
+        real = grpo.dynamic_sampling
+
+        def dynamic_sampling(repeated_batch: Any, *args: Any, **kwargs: Any) -> Any:
+            rewards = repeated_batch.get("unshaped_total_reward", repeated_batch["total_reward"])
+            self.pending.extend(float(r) for r in rewards)
+            out = real(repeated_batch, *args, **kwargs)
+            if out[1]:  # the batch is complete: this optimizer step trains on it
+                self.per_step.append(sum(self.pending) / len(self.pending))
+                self.pending.clear()
+            return out
+
+        grpo.dynamic_sampling = dynamic_sampling
+        try:
+            yield
+        finally:
+            grpo.dynamic_sampling = real
 
 
 @contextmanager
@@ -153,19 +188,16 @@ def rl_run(root: Path, data_root: Path, hf: Path, setting: Setting, variant: str
     cfg, written = write_config("dapo_tight_7b", "rl", data_root, out, gpus=1,
                                 extra=(*setting.rl_sets(lr, seed), f"rl.init_from={hf}"))
     reset_log()
-    with cpu_workers():
-        if variant == "flipped":
-            with flipped_advantages():
-                run_driver("rl", cfg)
-        else:
+    log = RewardLog()
+    stopped_at = None
+    with cpu_workers(), log.installed(), flipped_advantages() if variant == "flipped" else nullcontext():
+        try:
             run_driver("rl", cfg)
+        except DynamicSamplingCapError:
+            # every view's samples agreed for the recipe's refill rounds and v0.7.0 stopped the run (exit 3): the
+            # policy's reward for the rest of the budget is what those last batches scored
+            stopped_at = len(log.per_step) + 1
+            log.per_step += [sum(log.pending) / len(log.pending)] * (setting.steps - len(log.per_step))
     log_dir = Path(written["logger"]["log_dir"])
-    reward = scalars(log_dir, "train/reward")
-    return {"variant": variant, "seed": seed, "config": cfg, "written": written,
-            "reward": [reward[s] for s in sorted(reward)], "val_accuracy": scalars(log_dir, "validation/accuracy")}
-
-
-def last_third_mean(series: list[float]) -> float:
-    """Mean of the last third of the steps (at least one)."""
-    k = max(1, len(series) // 3)
-    return sum(series[-k:]) / k
+    return {"variant": variant, "seed": seed, "config": cfg, "written": written, "reward": log.per_step,
+            "stopped_at": stopped_at, "val_accuracy": scalars(log_dir, "validation/accuracy")}

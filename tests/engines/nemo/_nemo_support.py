@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,46 @@ class Placement:
         self.state["_cluster_kwargs"] = kwargs
         raise PlacementReached("RayVirtualCluster")
 
+
+
+@contextmanager
+def local_ray_head(temp: Path) -> Iterator[str]:
+    """A local Ray head tagged as NeMo-RL's ``init_ray`` looks for, so each driver run attaches to it
+    (``RAY_ADDRESS``) instead of starting a cluster of its own; stopped on exit."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    import ray
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_bin = Path(sys.executable).with_name("ray")
+    # 16 logical CPUs: each environment actor asks for one, and several driver runs' actors share the head
+    proc = subprocess.Popen(
+        [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=16", "--include-dashboard=false",
+         "--disable-usage-stats", '--resources={"nrl_tag_ALL": 1}', f"--temp-dir={temp}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    os.environ["RAY_ADDRESS"] = address
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                ray.init(address=address, log_to_driver=False)
+                break
+            except (ConnectionError, RuntimeError):
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(1)
+        ray.shutdown()
+        yield address
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
 
 
 def tiny_model() -> Path:

@@ -19,7 +19,7 @@ TESTS = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _nemo_support import VENDOR_NAME, Placement, vendored_tree  # noqa: E402
+from _nemo_support import VENDOR_NAME, Placement, local_ray_head, vendored_tree  # noqa: E402
 
 # A throwaway local cluster: Ray 2.60's token authentication off for it (the driver and the head share this env).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -48,47 +48,9 @@ def placement(monkeypatch: pytest.MonkeyPatch) -> Placement:
 
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """One local Ray head for the session, tagged as NeMo-RL's ``init_ray`` looks for, so each driver run attaches
-    to it (``address="auto"``) instead of starting a cluster of its own."""
-    import signal
-    import socket
-    import subprocess
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray_bin = Path(sys.executable).with_name("ray")
-    # 16 logical CPUs: each environment actor asks for one, and several driver runs' actors share the head
-    temp = tmp_path_factory.mktemp("ray")
-    proc = subprocess.Popen(
-        [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=16", "--include-dashboard=false",
-         "--disable-usage-stats", '--resources={"nrl_tag_ALL": 1}', f"--temp-dir={temp}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
-    address = f"127.0.0.1:{port}"
-    os.environ["RAY_ADDRESS"] = address
-    try:
-        _wait_for_head(address, proc)
+    """One local Ray head for the session (``_nemo_support.local_ray_head``)."""
+    with local_ray_head(tmp_path_factory.mktemp("ray")) as address:
         yield address
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-
-
-def _wait_for_head(address: str, proc: Any) -> None:
-    import time
-
-    import ray
-
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            ray.init(address=address, log_to_driver=False)
-            break
-        except (ConnectionError, RuntimeError):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise
-            time.sleep(1)
-    ray.shutdown()
 
 
 @pytest.fixture
