@@ -53,7 +53,7 @@ def test_trl_colocated_vllm_fails_at_the_first_weight_sync_on_the_cpu_backend(ti
     vllm_gen = trainer.vllm_generation
     runner = vllm_gen.llm.llm_engine.model_executor.driver_worker.model_runner
     q_proj = runner.model.language_model.model.layers[0].self_attn.qkv_proj
-    assert q_proj.weight.numel() == 0 and not hasattr(q_proj.weight, "weight_loader")  # packed away at load
+    assert not hasattr(q_proj.weight, "weight_loader")  # the CPU linear layer's weight lost its loader at load
 
     with pytest.raises(AttributeError, match="'Parameter' object has no attribute 'weight_loader'"):
         trainer.train()
