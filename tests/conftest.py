@@ -17,7 +17,9 @@ ENGINE_STAGE = os.environ.get("SIQ_ENGINE_STAGE", "")
 """Which engine-contract stage this run is (``nemo`` or ``engines``), set by ``tests/engines/run.sh``; empty in the
 main suite, which then does not collect ``tests/engines/`` (those tests need their own virtual environments)."""
 
-collect_ignore_glob = [] if ENGINE_STAGE else ["engines/*"]
+collect_ignore = [] if ENGINE_STAGE else ["engines"]
+"""Ignored as a whole folder, so that its conftest.py is not loaded either: loading it puts tests/engines on
+``sys.path``, where the folder ``vllm/`` would pass for the vLLM package (TRL then fails to read its version)."""
 
 SHARED_DIR = Path(__file__).resolve().parents[2] / "shared"
 """The shared/ folder beside the project root (docs, fixtures); absent on some machines."""
