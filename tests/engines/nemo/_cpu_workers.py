@@ -56,6 +56,23 @@ def _ensure_process_group() -> None:
     dist.init_process_group("gloo")
 
 
+def cpu_distributed_context() -> Any:
+    """The one-process CPU mesh and FSDP2 settings (gloo, float32) that v0.7.0's DTensor-v2 set-up is given here in
+    place of the GPU ones (a gloo process group must exist)."""
+    from nemo_automodel.components.distributed.config import FSDP2Config
+    from nemo_automodel.components.moe.config import MoEParallelizerConfig
+    from nemo_rl.models.automodel.config import DistributedContext
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    mesh = init_device_mesh("cpu", (1, 1, 1), mesh_dim_names=("dp", "cp", "tp"))
+    precision = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32, output_dtype=torch.float32)
+    fsdp2 = FSDP2Config(sequence_parallel=False, tp_plan=None, mp_policy=precision, offload_policy=None,
+                        activation_checkpointing=False, defer_fsdp_grad_sync=True, backend="gloo")
+    return DistributedContext(device_mesh=mesh, moe_mesh=None, fsdp2_config=fsdp2,
+                              moe_config=MoEParallelizerConfig(), dp_size=1, tp_size=1, cp_size=1)
+
+
 class _CpuLoader:
     """In place of NeMo Automodel's GPU loader: the checkpoint, loaded by transformers on the CPU."""
 
@@ -89,25 +106,14 @@ class CpuPolicy:
     def __init__(self, cluster: Any, config: dict[str, Any], tokenizer: Any, processor: Any = None,
                  weights_path: str | None = None, optimizer_path: str | None = None, init_optimizer: bool = True,
                  init_reference_model: bool = True, **_: Any) -> None:
-        from nemo_automodel.components.distributed.config import FSDP2Config
-        from nemo_automodel.components.moe.config import MoEParallelizerConfig
         from nemo_rl.models.automodel import setup as automodel_setup
-        from nemo_rl.models.automodel.config import DistributedContext
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy
 
         LOG["policy_config"].append(config)
         LOG["policy_init"].append({"weights_path": weights_path, "optimizer_path": optimizer_path})
         self.cfg, self.tokenizer, self.processor = config, tokenizer, processor
         _ensure_process_group()
         runtime = automodel_setup.validate_and_prepare_config(config, processor, 0)._replace(model_class=_CpuLoader)
-        mesh = init_device_mesh("cpu", (1, 1, 1), mesh_dim_names=("dp", "cp", "tp"))
-        precision = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32,
-                                         output_dtype=torch.float32)
-        fsdp2 = FSDP2Config(sequence_parallel=False, tp_plan=None, mp_policy=precision, offload_policy=None,
-                            activation_checkpointing=False, defer_fsdp_grad_sync=True, backend="gloo")
-        context = DistributedContext(device_mesh=mesh, moe_mesh=None, fsdp2_config=fsdp2,
-                                     moe_config=MoEParallelizerConfig(), dp_size=1, tp_size=1, cp_size=1)
+        context = cpu_distributed_context()
         _CpuLoader.source = str(Path(weights_path) / CONSOLIDATED) if weights_path else None
         try:
             state = automodel_setup.setup_model_and_optimizer(

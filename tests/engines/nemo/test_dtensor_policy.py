@@ -48,24 +48,13 @@ class CpuPlacement:
 
 
 def _build(policy: dict[str, Any]) -> Any:
-    import torch
-    from nemo_automodel.components.distributed.config import FSDP2Config
-    from nemo_automodel.components.moe.config import MoEParallelizerConfig
+    from _cpu_workers import cpu_distributed_context
     from nemo_rl.algorithms.utils import get_tokenizer
     from nemo_rl.models.automodel import setup as automodel_setup
-    from nemo_rl.models.automodel.config import DistributedContext
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy
 
     processor = get_tokenizer(policy["tokenizer"], get_processor=True)
     runtime = automodel_setup.validate_and_prepare_config(policy, processor, 0)._replace(model_class=CpuPlacement)
-    mesh = init_device_mesh("cpu", (1, 1, 1), mesh_dim_names=("dp", "cp", "tp"))
-    precision = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32,
-                                     output_dtype=torch.float32)
-    fsdp2 = FSDP2Config(sequence_parallel=False, tp_plan=None, mp_policy=precision, offload_policy=None,
-                        activation_checkpointing=False, defer_fsdp_grad_sync=True, backend="gloo")
-    context = DistributedContext(device_mesh=mesh, moe_mesh=None, fsdp2_config=fsdp2,
-                                 moe_config=MoEParallelizerConfig(), dp_size=1, tp_size=1, cp_size=1)
+    context = cpu_distributed_context()
     return automodel_setup.setup_model_and_optimizer(policy, processor.tokenizer, runtime, context,
                                                      checkpoint_manager=None, is_vlm=True, init_optimizer=True)
 
