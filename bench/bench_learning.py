@@ -35,9 +35,11 @@ log = logging.getLogger("bench_learning")
 
 
 def _cli(args: list[str]) -> None:
-    from spatialiq_train.cli.steps import run_step
+    import typer
 
-    rc = run_step(args, False)
+    from spatialiq_train.cli import app
+
+    rc = typer.main.get_command(app).main(args, standalone_mode=False)
     if rc:
         raise SystemExit(f"spatialiq {' '.join(args)} failed ({rc})")
 
