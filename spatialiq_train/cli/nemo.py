@@ -30,8 +30,10 @@ def rl_cmd(config: Path = CONFIG, overrides: list[str] | None = OVERRIDES) -> No
     """GRPO/DAPO with NeMo-RL on our traces and reward environments; rerun to resume."""
     from spatialiq_train.nemo.driver import run
 
-    run("rl", config, list(overrides or []))
+    cause = run("rl", config, list(overrides or []))
     typer.echo("NeMo-RL GRPO finished")
+    if cause:
+        typer.secho(f"WARNING: {cause}", err=True, bold=True)
 
 
 def convert_cmd(

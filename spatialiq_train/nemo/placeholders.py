@@ -1,0 +1,87 @@
+"""Sampled vision placeholder tokens in NeMo-RL v0.7.0's GRPO rollouts: masked before the policy sees them.
+
+Qwen2.5-VL's forward pass counts ``<|image_pad|>`` tokens in ``input_ids`` and fails when they outnumber the image
+features ("Image features and image tokens do not match"). A policy sampling at temperature 1 can emit that token
+(and the other vision tokens) in a completion; vLLM decodes it as text, but v0.7.0's ``grpo_train`` then feeds the
+prompt plus the completion, with the prompt's images, to ``policy.get_logprobs`` and the step fails. TRL guards its
+own generation (``suppress_tokens=[image_token_id]``); v0.7.0 builds vLLM's ``SamplingParams`` from a fixed list of
+keys with no bad-words or logit-bias entry, so it cannot be told not to sample them. It happened here within six
+steps on the tiny model.
+
+So the driver wraps ``grpo.run_multi_turn_rollout``: in each sample's generated (assistant) messages every vision
+token id is replaced by the tokenizer's pad token and the sample's ``loss_multiplier`` set to 0. The sample keeps the
+reward the environment gave it (its group's baseline and the dynamic-sampling filter see it as generated); it adds
+nothing to the loss. Validation rollouts pass through the same wrapper (they have no loss; the replacement is
+harmless there). How many samples were masked is logged per rollout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+"""Qwen2.5-VL's vision tokens: none may appear in a completion the policy trains on."""
+
+
+def vision_token_ids(tokenizer: Any) -> list[int]:
+    """The ids of :data:`VISION_TOKENS` the tokenizer knows (an unknown token is skipped)."""
+    vocab = tokenizer.get_vocab()
+    return sorted({int(vocab[t]) for t in VISION_TOKENS if t in vocab})
+
+
+def mask_sampled_placeholders(batch: Any, ids: Sequence[int], replacement: int) -> int:
+    """Replace vision token ids in every sample's assistant messages by ``replacement`` and zero that sample's
+    ``loss_multiplier`` (in ``batch``, a NeMo-RL ``BatchedDataDict`` after a rollout); returns how many samples."""
+    import torch
+
+    if not ids:
+        return 0
+    banned = torch.tensor(list(ids))
+    hit: list[int] = []
+    for i, messages in enumerate(batch["message_log"]):
+        for msg in messages:
+            if msg.get("role") != "assistant" or "token_ids" not in msg:
+                continue
+            tokens = msg["token_ids"]
+            found = torch.isin(tokens, banned.to(tokens.device))
+            if bool(found.any()):
+                msg["token_ids"] = torch.where(found, torch.full_like(tokens, replacement), tokens)
+                if not hit or hit[-1] != i:
+                    hit.append(i)
+    if hit and "loss_multiplier" in batch:
+        mult = batch["loss_multiplier"].clone()
+        mult[torch.tensor(hit)] = 0
+        batch["loss_multiplier"] = mult
+    return len(hit)
+
+
+@contextmanager
+def sampled_placeholders_masked(tokenizer: Any) -> Iterator[None]:
+    """v0.7.0's ``grpo.run_multi_turn_rollout`` wrapped with :func:`mask_sampled_placeholders` for the block."""
+    import nemo_rl.algorithms.grpo as grpo
+
+    ids = vision_token_ids(tokenizer)
+    replacement = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if replacement is None or replacement in ids:
+        raise ValueError("the tokenizer has neither a pad nor an end-of-sequence token outside the vision tokens")
+    real = grpo.run_multi_turn_rollout
+
+    def run_multi_turn_rollout(*args: Any, **kwargs: Any) -> Any:
+        batch, metrics = real(*args, **kwargs)
+        masked = mask_sampled_placeholders(batch, ids, int(replacement))
+        if masked:
+            log.warning("%d of %d sampled completions held a vision token (%s): replaced by the pad token and left "
+                        "out of the loss (NeMo-RL v0.7.0 cannot take them through the policy's forward pass)",
+                        masked, len(batch["message_log"]), ", ".join(VISION_TOKENS))
+        return batch, metrics
+
+    grpo.run_multi_turn_rollout = run_multi_turn_rollout
+    try:
+        yield
+    finally:
+        grpo.run_multi_turn_rollout = real
