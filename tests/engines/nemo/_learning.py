@@ -1,68 +1,120 @@
 """Learning on NeMo-RL v0.7.0's own loop, on the CPU: SFT warm-up, then DAPO-tight RL against controls.
 
-Shared by the engine-contract test (``test_learning.py``, one seed) and the benchmark
-(``bench/bench_learning_nemo.py``, several seeds). Every run goes through ``spatialiq nemo sft|rl`` (the driver,
-v0.7.0's ``setup`` and training loops) with the CPU workers of ``_cpu_workers.py``. The variants differ in one
-thing each:
+Shared by the engine-contract tests (``test_learning.py``: one seed; ``test_training_loops.py``: the loops) and the
+benchmark (``bench/bench_learning_nemo.py``, several seeds). Every run goes through ``spatialiq nemo sft|rl`` (the
+driver, v0.7.0's ``setup`` and training loops) on a config ``spatialiq recipes nemo-rl`` wrote from
+``recipes/tiny_cpu.yaml`` (the recipe the TRL learning benchmark ships), with the CPU workers of
+``_cpu_workers.py``. The variants differ in one thing each:
 
 * ``rl``: the recipe's DAPO-tight RL;
 * ``frozen``: the same, at a learning rate of 1e-12 (the smallest the recipe accepts: the policy cannot move);
 * ``flipped``: the same as ``rl``, with v0.7.0's advantage estimator's output negated (a sign error in the
-  advantages, the failure the test must catch). Its reward can collapse until every view's samples agree; v0.7.0
-  then stops the run at the dynamic-sampling cap (the driver's exit 3), and the rest of its curve is what the last
-  batches scored (``stopped_at`` records the step).
+  advantages, the failure a learning test must catch). Its reward can collapse until every view's samples agree;
+  v0.7.0 then stops the run at the dynamic-sampling cap (the driver's exit 3), and the rest of its curve is what the
+  last batches scored (``stopped_at`` records the step).
 
-Each variant's per-step mean reward is the recipe's reward before the overlong shaping (0-1 scale: 0.1 format +
-0.9 integer distance), averaged over every sample the step generated (every dynamic-sampling batch), as
-``dynamic_sampling`` receives it; its validation accuracy on held-out views (``validation/accuracy``) is read back
-from its TensorBoard events.
+The generated config keeps the paper's 8 prompts per step; ``Setting.prompts_per_step`` sets it (and the policy's
+global batch) to the TRL recipe's 4 prompts x 8 completions with the driver's Hydra overrides, so both engines train
+on the same batch. Each variant's per-step mean reward is the recipe's reward before the overlong shaping (0-1
+scale: 0.1 format + 0.9 integer distance), averaged over every sample the step generated (every dynamic-sampling
+batch), as ``dynamic_sampling`` receives it; its held-out accuracy (``validation/accuracy``), when validation is on,
+is read back from its TensorBoard events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import yaml
 from _cpu_workers import LOG, CpuGeneration, CpuPolicy, reset_log
-from _nemo_support import write_all_traces, write_config
+from _nemo_support import tiny_model, write_all_traces, write_config
+from _train_support import write_traces
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
 from spatialiq_train.nemo import driver
 from spatialiq_train.nemo.driver import DynamicSamplingCapError
 
+RECIPE = "tiny_cpu"
 VARIANTS = ("rl", "frozen", "flipped")
 FROZEN_LR = 1e-12
-SFT_SETS = ("sft.optimizer.learning_rate=3e-3", "sft.optimizer.max_steps=30", "sft.optimizer.num_train_epochs=20",
-            "sft.optimizer.per_device_train_batch_size=8", "sft.optimizer.gradient_accumulation_steps=1",
-            "sft.validation.every_steps=15", "sft.validation.max_samples=8", "logging.save_steps=15",
-            "logging.report_to=[tensorboard]")
-"""Enough warm-up for the tiny model to write `<answer>N</answer>` most of the time, so rewards vary."""
+LOOP_SFT_SETS = ("sft.optimizer.learning_rate=3e-3", "sft.optimizer.max_steps=30",
+                 "sft.optimizer.num_train_epochs=20", "sft.optimizer.per_device_train_batch_size=8",
+                 "sft.optimizer.gradient_accumulation_steps=1", "sft.validation.every_steps=15",
+                 "sft.validation.max_samples=8", "logging.save_steps=15", "logging.report_to=[tensorboard]")
+"""The loop tests' SFT warm-up (``dapo_tight_7b``'s SFT phase): validation and checkpoints inside the loop."""
+
+
+@dataclass(frozen=True)
+class Data:
+    """What a learning run reads: the traces folder (``<split>.jsonl``) and the root its image paths are under."""
+
+    traces: Path
+    root: Path
+
+    def sets(self) -> tuple[str, ...]:
+        return f"data.traces_dir={self.traces}", f"data.data_root={self.root}"
+
+
+def synthetic_data(root: Path) -> Data:
+    """The CI data, as the TRL learning test's (``tests/test_learning.py``): random 56 px images, a warm-up split
+    whose answers spread over 4..9, an RL split (and 8 held-out views) whose answer is always 8. What RL can learn
+    is to write the format reliably and to say 8, not to count."""
+    rng = np.random.default_rng(7)
+    write_traces(root, "warmup", 32, rng, answer=lambda i: 4 + i % 6)
+    write_traces(root, "val", 8, rng, answer=lambda i: 8, start=1000)
+    traces = write_traces(root, "rl", 64, rng, answer=lambda i: 8)
+    return Data(traces, root)
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One RL setting: steps, learning rate, generations per view, completion budget."""
+    """One learning setting on ``recipes/tiny_cpu.yaml``: the recipe's RL knobs unless named here."""
 
-    steps: int = 16
-    learning_rate: float = 1e-3
-    generations: int = 4
-    max_completion: int = 24
-    overlong_buffer: int = 8
-    validate_every: int = 4
+    steps: int = 48
+    learning_rate: float = 5e-4
+    prompts_per_step: int = 4
+    generations: int = 8
+    validate_every: int = 0
+    sft_steps: int = 100
+    sft_learning_rate: float = 2e-3
+    extra: tuple[str, ...] = field(default=())
+
+    def sft_sets(self) -> tuple[str, ...]:
+        return (f"sft.optimizer.max_steps={self.sft_steps}", f"sft.optimizer.learning_rate={self.sft_learning_rate}",
+                "sft.optimizer.num_train_epochs=1000", f"logging.save_steps={self.sft_steps}",
+                "data.eval_split=null", "logging.report_to=[tensorboard]")
 
     def rl_sets(self, lr: float, seed: int) -> tuple[str, ...]:
+        held_out = (("data.eval_split=val", f"rl.validation.every_steps={self.validate_every}",
+                     "rl.validation.max_samples=8") if self.validate_every else ("data.eval_split=null",))
         return (f"rl.num_generations={self.generations}", f"rl.optimizer.max_steps={self.steps}",
                 "rl.optimizer.num_train_epochs=1000", f"rl.optimizer.learning_rate={lr}",
-                "rl.optimizer.warmup_steps=0", f"generation.max_completion_length={self.max_completion}",
-                f"rl.overlong.buffer_length={self.overlong_buffer}",
-                f"rl.overlong.max_response_length={self.max_completion}",
-                f"rl.validation.every_steps={self.validate_every}", "rl.validation.max_samples=8",
-                f"logging.save_steps={self.validate_every}", "sft.validation.early_stopping_patience=null",
-                "logging.report_to=[tensorboard]", f"run.seed={seed}")
+                f"logging.save_steps={self.steps}", "logging.report_to=[tensorboard]", f"run.seed={seed}",
+                *held_out, *self.extra)
+
+    def driver_overrides(self) -> tuple[str, ...]:
+        """The TRL recipe's batch (prompts per step x completions) on v0.7.0's keys."""
+        return (f"grpo.num_prompts_per_step={self.prompts_per_step}",
+                f"policy.train_global_batch_size={self.prompts_per_step * self.generations}")
+
+
+def write_tiny_config(phase: str, data: Data, out: Path, sets: Sequence[str]) -> tuple[Path, dict[str, Any]]:
+    """``spatialiq recipes nemo-rl tiny_cpu`` on one node and one GPU, as a user runs it."""
+    cfg = out / f"{RECIPE}-{phase}.yaml"
+    args = ["recipes", "nemo-rl", RECIPE, "--out", str(cfg), "--phase", phase, "--nodes", "1", "--gpus-per-node", "1"]
+    for item in (*data.sets(), "model.tiny=false", f"model.name_or_path={tiny_model()}",
+                 f"run.output_dir={out / 'run'}", *sets):
+        args += ["--set", item]
+    result = CliRunner().invoke(app, args)
+    if result.exit_code != 0:
+        raise RuntimeError(f"spatialiq recipes nemo-rl failed: {result.output}")
+    return cfg, yaml.safe_load(cfg.read_text(encoding="utf-8"))
 
 
 @contextmanager
@@ -128,13 +180,13 @@ def flipped_advantages() -> Iterator[None]:
         grpo._create_advantage_estimator = real
 
 
-def run_driver(phase: str, cfg: Path) -> None:
-    """``spatialiq nemo PHASE --config CFG`` in this process (Ray connections closed around it)."""
+def run_driver(phase: str, cfg: Path, overrides: Sequence[str] = ()) -> None:
+    """``spatialiq nemo PHASE --config CFG [OVERRIDES]`` in this process (Ray connections closed around it)."""
     import ray
 
     ray.shutdown()
     try:
-        driver.run(phase, cfg, ())
+        driver.run(phase, cfg, tuple(overrides))
     finally:
         ray.shutdown()
 
@@ -152,47 +204,67 @@ def scalars(log_dir: Path, name: str) -> dict[int, float]:
     return found
 
 
+def convert(checkpoint_dir: str | Path, out: Path) -> Path:
+    """``spatialiq nemo convert`` of a run's newest checkpoint to a Hugging Face folder."""
+    result = CliRunner().invoke(app, ["nemo", "convert", "--checkpoint", str(checkpoint_dir), "--out", str(out)])
+    if result.exit_code != 0:
+        raise RuntimeError(f"nemo convert failed: {result.output}")
+    return out
+
+
 @dataclass(frozen=True)
 class WarmUp:
-    """The SFT warm-up: its traces, its config as written, what the policy's train calls returned, its HF copy."""
+    """An SFT warm-up: its data, its config as written, what the policy's train calls returned, its HF copy."""
 
     root: Path
-    data_root: Path
+    data: Data
     written: dict[str, Any]
     train: list[dict[str, Any]]
     hf: Path
 
+    @property
+    def data_root(self) -> Path:
+        return self.data.root
 
-def warm_up(root: Path, rows: int = 64) -> WarmUp:
-    """Traces, the SFT warm-up through ``sft_train``, and its conversion by ``spatialiq nemo convert``."""
+
+def loop_warm_up(root: Path, rows: int = 64) -> WarmUp:
+    """The loop tests' warm-up: ``dapo_tight_7b``'s SFT phase through ``sft_train`` on every split's traces (answers
+    cycling through ``_nemo_support.ANSWERS``), validated and checkpointed inside the loop, then converted."""
     data_root = write_all_traces(root / "data", rows=rows)
-    cfg, written = write_config("dapo_tight_7b", "sft", data_root, root / "sft", gpus=1, extra=SFT_SETS)
+    cfg, written = write_config("dapo_tight_7b", "sft", data_root, root / "sft", gpus=1, extra=LOOP_SFT_SETS)
     reset_log()
     with cpu_workers():
         run_driver("sft", cfg)
     train = list(LOG["train"])
-    hf = root / "sft_hf"
-    result = CliRunner().invoke(app, ["nemo", "convert", "--checkpoint", written["checkpointing"]["checkpoint_dir"],
-                                      "--out", str(hf)])
-    if result.exit_code != 0:
-        raise RuntimeError(f"nemo convert failed: {result.output}")
-    return WarmUp(root, data_root, written, train, hf)
+    hf = convert(written["checkpointing"]["checkpoint_dir"], root / "sft_hf")
+    return WarmUp(root, Data(data_root / "traces", data_root), written, train, hf)
 
 
-def rl_run(root: Path, data_root: Path, hf: Path, setting: Setting, variant: str, seed: int) -> dict[str, Any]:
-    """One RL variant; returns its config, per-step rewards and validation accuracy."""
+def learning_warm_up(root: Path, data: Data, setting: Setting) -> WarmUp:
+    """The learning runs' warm-up: ``tiny_cpu``'s SFT phase through ``sft_train`` on the warm-up split (the
+    setting's steps and learning rate), then converted."""
+    cfg, written = write_tiny_config("sft", data, root / "sft", setting.sft_sets())
+    reset_log()
+    with cpu_workers():
+        run_driver("sft", cfg)
+    train = list(LOG["train"])
+    hf = convert(written["checkpointing"]["checkpoint_dir"], root / "sft_hf")
+    return WarmUp(root, data, written, train, hf)
+
+
+def rl_run(root: Path, data: Data, init: Path, setting: Setting, variant: str, seed: int) -> dict[str, Any]:
+    """One RL variant from the HF checkpoint ``init``; returns its config, per-step rewards and held-out accuracy."""
     if variant not in VARIANTS:
         raise ValueError(f"variant {variant!r}: expected one of {', '.join(VARIANTS)}")
     lr = FROZEN_LR if variant == "frozen" else setting.learning_rate
     out = root / f"{variant}-seed{seed}"
-    cfg, written = write_config("dapo_tight_7b", "rl", data_root, out, gpus=1,
-                                extra=(*setting.rl_sets(lr, seed), f"rl.init_from={hf}"))
+    cfg, written = write_tiny_config("rl", data, out, (*setting.rl_sets(lr, seed), f"rl.init_from={init}"))
     reset_log()
     log = RewardLog()
     stopped_at = None
     with cpu_workers(), log.installed(), flipped_advantages() if variant == "flipped" else nullcontext():
         try:
-            run_driver("rl", cfg)
+            run_driver("rl", cfg, setting.driver_overrides())
         except DynamicSamplingCapError:
             # every view's samples agreed for the recipe's refill rounds and v0.7.0 stopped the run (exit 3): the
             # policy's reward for the rest of the budget is what those last batches scored
@@ -200,4 +272,5 @@ def rl_run(root: Path, data_root: Path, hf: Path, setting: Setting, variant: str
             log.per_step += [sum(log.pending) / len(log.pending)] * (setting.steps - len(log.per_step))
     log_dir = Path(written["logger"]["log_dir"])
     return {"variant": variant, "seed": seed, "config": cfg, "written": written, "reward": log.per_step,
-            "stopped_at": stopped_at, "val_accuracy": scalars(log_dir, "validation/accuracy")}
+            "stopped_at": stopped_at, "val_accuracy": scalars(log_dir, "validation/accuracy"),
+            "train": list(LOG["train"])}

@@ -67,8 +67,8 @@ def ray_driver(ray_head: str) -> Any:
 
 @pytest.fixture(scope="session")
 def warm(tmp_path_factory: pytest.TempPathFactory, ray_head: str) -> Any:
-    """The SFT warm-up through v0.7.0's ``sft_train`` (CPU workers), converted: shared by the loop and learning
+    """The loop tests' SFT warm-up through v0.7.0's ``sft_train`` (CPU workers), converted: shared by the loop
     tests, which start their RL phases from it."""
     import _learning
 
-    return _learning.warm_up(tmp_path_factory.mktemp("warm"))
+    return _learning.loop_warm_up(tmp_path_factory.mktemp("warm"))
