@@ -27,14 +27,14 @@ def _parse(args: list[str]):  # noqa: ANN202 - typer's (vendored) click Context
 
 
 def test_every_demo_step_parses(tmp_path: Path) -> None:
-    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
+    steps = demo_steps(tmp_path, "warmup=2,rl=3", 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
     names = [ctx.command.name for ctx in map(_parse, steps)]
     assert names == ["gen", "gen", "check-splits", "traces", "dapo-tight", "rl", "sample", "score", "report",
                      "release"]
 
 
 def test_demo_steps_chain_outputs_to_inputs(tmp_path: Path) -> None:
-    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
+    steps = demo_steps(tmp_path, "warmup=2,rl=3", 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
     gen_train, gen_bench, _, traces, run, control, sample, score, report, release = steps
     train_dir, bench_dir = gen_train[2], gen_bench[2]
     assert traces[traces.index("--data") + 1] == train_dir
@@ -92,7 +92,7 @@ def test_demo_finds_its_recipe_from_any_directory(tmp_path: Path, monkeypatch) -
 
     monkeypatch.chdir(tmp_path)
     assert load_recipe("tiny_cpu").model.min_pixels > 0
-    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu")
+    steps = demo_steps(tmp_path, "warmup=2,rl=3", 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu")
     assert str(_parse(steps[4]).params["recipe"]) == "tiny_cpu"
 
 
@@ -145,7 +145,7 @@ def test_demo_rerun_keeps_the_recorded_render_variant_and_offers_the_option(tmp_
 
 @pytest.mark.parametrize("kind", ["plain", "cot"])
 def test_demo_report_says_which_trace_kind_it_trained_on(tmp_path: Path, kind: str) -> None:
-    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu", kind)
+    steps = demo_steps(tmp_path, "warmup=2,rl=3", 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu", kind)
     score = next(a for a in steps if a[:2] == ["eval", "score"])
     note = score[score.index("--note") + 1]
     assert f"trained on {kind.replace('cot', 'CoT')} traces (--kind {kind}" in note

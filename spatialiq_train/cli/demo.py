@@ -25,6 +25,11 @@ DEMO_TRAINING = ("sft.optimizer.max_steps=120", "rl.optimizer.max_steps=16", "lo
 first third of the shipped RL budget, and a checkpoint every 40 steps (not every 2: saving was a tenth of the
 training time)."""
 
+DEMO_PARTS = "warmup=2,rl=4"
+"""The train structures the demo renders (``gen --parts``): the first 2 of the warm-up part (32 views) and the first 4
+of the RL part (64 views, the recipe's ``data.max_examples``, which is as many RL prompts as are read). Rendering 40
+structures, as the demo did before, gave these same 6 (the traces keep candidate order) plus 34 that nothing read."""
+
 CONTROL = "control"
 """The control's folder under the run folder: the RL phase's rollouts and rewards at the unchanged SFT weights."""
 
@@ -62,7 +67,7 @@ def recorded_variant(*datasets: Path) -> str | None:
 
 
 def demo_steps(
-    out: Path, structures: int, benchmark_structures: int, renderer: str, resolution: int, seed: int, k: int,
+    out: Path, parts: str, benchmark_structures: int, renderer: str, resolution: int, seed: int, k: int,
     max_new_tokens: int, recipe: Path | str, kind: str = "plain", render_variant: str = "auto",
 ) -> list[list[str]]:
     """The demo's commands, as argument lists for the ``spatialiq`` app (pure; tested)."""
@@ -72,7 +77,7 @@ def demo_steps(
     common = ["--seed", str(seed), "--renderer", renderer, "--resolution", str(resolution),
               "--render-variant", render_variant]
     return [
-        ["gen", "--out", str(train), "--structures", str(structures), "--split", "train", *common],
+        ["gen", "--out", str(train), "--parts", parts, "--split", "train", *common],
         ["gen", "--out", str(bench), "--structures", str(benchmark_structures), "--split", "benchmark", *common],
         ["check-splits", str(train), str(bench)],
         ["traces", "--data", str(train), "--out", str(traces), "--kind", kind],
@@ -93,7 +98,10 @@ def demo_steps(
 def demo(
     ctx: typer.Context,
     out: Path = typer.Option(Path("demo"), "--out", help="Folder for everything the demo writes."),
-    structures: int = typer.Option(40, "--structures", help="Train structures (16 views each)."),
+    parts: str = typer.Option(
+        DEMO_PARTS, "--parts",
+        help="Train structures to render per part (16 views each), as for gen --parts; the default is what the "
+             "training reads."),
     benchmark_structures: int = typer.Option(4, "--benchmark-structures", help="Benchmark structures."),
     renderer: str = typer.Option("mitsuba", "--renderer", help="mitsuba (CPU default) or isaacsim."),
     resolution: int = typer.Option(
@@ -128,7 +136,12 @@ def demo(
     if render_variant == "auto" and (recorded := recorded_variant(out / "data-train", out / "data-benchmark")):
         typer.echo(f"note: {out} was rendered with {recorded}; rendering the rest with it too", err=True)
         render_variant = recorded
-    steps = demo_steps(out, structures, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe,
+    import torch
+
+    # one intra-op thread, as bench/bench_learning.py trains: the tiny model's ops are too small to split, and two
+    # threads spent several times the CPU per step (more so when another job holds a core)
+    torch.set_num_threads(1)
+    steps = demo_steps(out, parts, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe,
                        kind, render_variant)
     run_steps(ctx, steps)
     report_learning(out, rec)
