@@ -43,6 +43,9 @@ class GenConfig(BaseModel):
     num_shards: int | None = Field(None, ge=1)
     resolution: int = Field(512, ge=8, le=4096, description="image side; 512 is the benchmark's")
     render_variant: Literal["auto", "scalar_rgb", "llvm_ad_rgb", "cuda_ad_rgb"] = "auto"
+    parts: dict[Literal["val", "warmup", "rl"], int] | None = Field(
+        None, description="train split only: how many structures of each part (spatialiq_train.core.splits.part_of) "
+                          "the run holds, the first ones in candidate order; the counts sum to structures")
 
     @model_validator(mode="after")
     def _consistent(self) -> GenConfig:
@@ -57,6 +60,12 @@ class GenConfig(BaseModel):
         if self.object_type != "cube" and self.renderer == "none":
             raise ValueError(f"object_type {self.object_type!r} takes its visibility from the renderer's instance "
                              "buffer; choose renderer mitsuba or isaacsim (renderer none works for cube only)")
+        if self.parts is not None:
+            if self.split != "train":
+                raise ValueError(f"parts (--parts) divide the train split; split is {self.split!r}")
+            if any(n < 1 for n in self.parts.values()) or sum(self.parts.values()) != self.structures:
+                raise ValueError(f"parts (--parts) {self.parts} must be positive counts summing to structures "
+                                 f"({self.structures})")
         if self.render_variant != "auto" and self.renderer != "mitsuba":
             raise ValueError(f"render_variant (--render-variant) {self.render_variant!r} is a Mitsuba variant; "
                              f"it needs renderer mitsuba (got renderer {self.renderer!r})")
@@ -77,6 +86,8 @@ class GenConfig(BaseModel):
             "structures": self.structures, "seed": self.seed, "split": self.split, "renderer": self.renderer,
             "object_type": self.object_type, "num_shards": self.shard_count, "resolution": self.resolution,
         }
+        if self.parts is not None:  # absent otherwise, so records written before parts existed still match
+            ident["parts"] = dict(self.parts)
         if render_backend is not None:
             ident["render_backend"] = render_backend
         return ident

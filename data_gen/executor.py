@@ -193,7 +193,7 @@ class Executor:
         with tqdm(total=cfg.structures, unit="structure", desc="plan", disable=not (progress and fresh)) as bar:
             try:
                 return plan.load_or_make(self.run.out, cfg.seed, cfg.split, cfg.structures, self.map, bar.update,
-                                         width=2 * cfg.workers if cfg.workers > 1 else 1)
+                                         width=2 * cfg.workers if cfg.workers > 1 else 1, parts=cfg.parts)
             except ValueError as exc:
                 raise GenerationError(str(exc)) from exc
 

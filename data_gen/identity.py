@@ -24,6 +24,11 @@ def refusal(message: str) -> GenerationError:
     return GenerationError(message, exit_code=EXIT_USAGE)
 
 
+def _shown(value: Any) -> Any:
+    """A recorded value as its flag takes it (``--parts warmup=2,rl=4``)."""
+    return ",".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else value
+
+
 def gen_config_update(recorded: dict[str, Any] | None, cfg: GenConfig,
                       backend: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """What ``gen_config.json`` must hold after this run starts, or None when it stays as ``recorded``; a
@@ -36,12 +41,14 @@ def gen_config_update(recorded: dict[str, Any] | None, cfg: GenConfig,
     if recorded is None:
         return cfg.identity(backend)
     out = cfg.out
-    for key, value in cfg.identity().items():
+    ident = cfg.identity()
+    for key in [*ident, *(k for k in ("parts",) if k in recorded and k not in ident)]:  # optional keys
+        value = ident.get(key)
         if recorded.get(key) != value:
-            flag = "--" + key.replace("_", "-")
+            was, asked, flag = _shown(recorded.get(key)), _shown(value), "--" + key.replace("_", "-")
             raise refusal(
-                f"{out} was generated with {flag} {recorded.get(key)!r}, this run asks for {value!r}; "
-                f"rerun with {flag} {recorded.get(key)!r} to resume, or use a new --out directory")
+                f"{out} was generated with {flag} {was!r}, this run asks for {asked!r}; "
+                f"rerun with {flag} {was!r} to resume, or use a new --out directory")
     if backend is None:
         return None
     if recorded.get("render_backend") is None:

@@ -27,15 +27,15 @@ def _parse(args: list[str]):  # noqa: ANN202 - typer's (vendored) click Context
 
 
 def test_every_demo_step_parses(tmp_path: Path) -> None:
-    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
+    steps = demo_steps(tmp_path, "warmup=2,rl=3", 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
     names = [ctx.command.name for ctx in map(_parse, steps)]
-    assert names == ["gen", "gen", "check-splits", "traces", "dapo-tight", "rl", "sample", "score", "report",
+    assert names == ["gen", "traces", "gen", "rl", "dapo-tight", "check-splits", "sample", "score", "report",
                      "release"]
 
 
 def test_demo_steps_chain_outputs_to_inputs(tmp_path: Path) -> None:
-    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
-    gen_train, gen_bench, _, traces, run, control, sample, score, report, release = steps
+    steps = demo_steps(tmp_path, "warmup=2,rl=3", 2, "mitsuba", 64, 3, 2, 16, Path("recipes/tiny_cpu.yaml"))
+    gen_train, traces, gen_bench, control, run, _, sample, score, report, release = steps
     train_dir, bench_dir = gen_train[2], gen_bench[2]
     assert traces[traces.index("--data") + 1] == train_dir
     assert f"data.traces_dir={traces[traces.index('--out') + 1]}" in run
@@ -92,8 +92,8 @@ def test_demo_finds_its_recipe_from_any_directory(tmp_path: Path, monkeypatch) -
 
     monkeypatch.chdir(tmp_path)
     assert load_recipe("tiny_cpu").model.min_pixels > 0
-    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu")
-    assert str(_parse(steps[4]).params["recipe"]) == "tiny_cpu"
+    steps = demo_steps(tmp_path, "warmup=2,rl=3", 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu")
+    assert str(_parse(steps[4]).params["recipe"]) == "tiny_cpu" and steps[4][:2] == ["run", "dapo-tight"]
 
 
 def test_demo_refuses_a_missing_recipe_before_any_work(tmp_path: Path) -> None:
@@ -129,6 +129,7 @@ def test_demo_rerun_keeps_the_recorded_render_variant_and_offers_the_option(tmp_
     monkeypatch.setattr("spatialiq_train.cli.steps.run_step",
                         lambda ctx, args, verbose=False: ran.append(args) or 0)
     monkeypatch.setattr(demo_mod, "report_learning", lambda out, rec: None)
+    monkeypatch.setattr(demo_mod, "demo_background", lambda out: {})  # every step through run_step
     out = tmp_path / "demo"
     (out / "data-train").mkdir(parents=True)
     (out / "data-train" / "gen_config.json").write_text(json.dumps(
@@ -145,7 +146,7 @@ def test_demo_rerun_keeps_the_recorded_render_variant_and_offers_the_option(tmp_
 
 @pytest.mark.parametrize("kind", ["plain", "cot"])
 def test_demo_report_says_which_trace_kind_it_trained_on(tmp_path: Path, kind: str) -> None:
-    steps = demo_steps(tmp_path, 5, 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu", kind)
+    steps = demo_steps(tmp_path, "warmup=2,rl=3", 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu", kind)
     score = next(a for a in steps if a[:2] == ["eval", "score"])
     note = score[score.index("--note") + 1]
     assert f"trained on {kind.replace('cot', 'CoT')} traces (--kind {kind}" in note
@@ -167,3 +168,46 @@ def test_demo_steps_run_on_the_command_group_of_the_demo(tmp_path: Path, monkeyp
     result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")])
     assert "ok: recipes/tiny_cpu.yaml" in result.output
     assert result.exit_code == 2 and "demo step 2 failed (exit 2" in result.output
+
+
+def test_the_benchmark_render_and_the_control_run_beside_training_and_finish_before_check_splits(
+        tmp_path: Path) -> None:
+    from spatialiq_train.cli.demo import JOIN_BEFORE, MARKER, demo_background
+    from spatialiq_train.train.completion import MARKER as PHASE_MARKER
+
+    steps = demo_steps(tmp_path, "warmup=2,rl=4", 2, "mitsuba", 64, 3, 2, 16, "tiny_cpu")
+    background = demo_background(tmp_path)
+    bench, control = (steps[i] for i in sorted(background))
+    assert bench[bench.index("--split") + 1] == "benchmark" and background[steps.index(bench)] is None
+    assert "--control" in control and MARKER == PHASE_MARKER
+    run_dir = Path(steps[4][steps[4].index("--out") + 1])
+    assert background[steps.index(control)] == run_dir / "sft" / MARKER  # the SFT the control starts from is done
+    join = next(i for i, a in enumerate(steps) if a[0] == JOIN_BEFORE)
+    assert max(background) < 4 < join < next(i for i, a in enumerate(steps) if a[:2] == ["eval", "sample"])
+
+
+def test_a_background_step_runs_in_a_child_and_its_failure_stops_the_demo(tmp_path: Path, monkeypatch) -> None:
+    """A background step runs once its file exists, is reported with its times before the join step, and a failing
+    one stops the demo there, naming its log."""
+    from typer.testing import CliRunner
+
+    import spatialiq_train.cli.demo as demo_mod
+
+    repo = Path(__file__).resolve().parents[1]
+    flag = tmp_path / "flag"
+    good = ["recipes", "validate", "recipes/tiny_cpu.yaml"]
+    for bad, code in ((False, 0), (True, 2)):
+        background_step = ["recipes", "validate", "--no-such-option"] if bad else good
+        steps = [background_step, ["recipes", "show", "recipes/tiny_cpu.yaml"], ["check-splits", str(tmp_path)]]
+        flag.write_text("")
+        monkeypatch.setattr(demo_mod, "demo_steps", lambda *a, _s=steps, **k: _s)
+        monkeypatch.setattr(demo_mod, "demo_background", lambda out: {0: flag})
+        monkeypatch.setattr(demo_mod, "JOIN_BEFORE", "check-splits")
+        monkeypatch.chdir(repo)
+        result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")])
+        if bad:
+            assert result.exit_code == code and "demo step [1/3] failed (exit 2" in result.output, result.output
+            assert "no-such-option" in (tmp_path / "demo" / "logs" / "01-recipes-validate.log").read_text()
+        else:  # check-splits on a folder without data then fails as step 3, after the join reported step 1
+            assert "[1/3] recipes validate (background): " in result.output, result.output
+            assert "demo step 3 failed" in result.output

@@ -217,6 +217,39 @@ def test_plan_skips_other_split_and_duplicates() -> None:
     assert plan.accepted(3, "benchmark", 3) == accepted[:3]
 
 
+def test_parts_take_the_first_structures_of_each_part_in_candidate_order() -> None:
+    """``--parts`` keeps the plan's candidate order: its structures are the first ones of each part that a plain run
+    of the same seed holds (the demo renders only what it trains on, the same structures and images as before)."""
+    plain = plan.accepted(0, "train", 40)
+    picked = plan.accepted(0, "train", 6, parts={"warmup": 2, "rl": 4})
+    by_part = {p: [e for e in plain if splits.part_of(e[1]) == p] for p in splits.PARTS}
+    assert picked == sorted(by_part["warmup"][:2] + by_part["rl"][:4])
+    assert plan.accepted(0, "train", 6, width=3, parts={"warmup": 2, "rl": 4}) == picked
+    with pytest.raises(ValueError, match="summing to 5"):
+        plan.accepted(0, "train", 5, parts={"warmup": 2, "rl": 4})
+
+
+def test_parts_are_recorded_and_a_rerun_without_them_is_refused(tmp_path: Path, truth: types.ModuleType) -> None:
+    run(cfg(tmp_path, structures=3, parts={"warmup": 1, "rl": 2}), progress=False)
+    assert json.loads((tmp_path / "gen_config.json").read_text())["parts"] == {"warmup": 1, "rl": 2}
+    assert json.loads((tmp_path / "plan.json").read_text())["parts"] == {"warmup": 1, "rl": 2}
+    with pytest.raises(GenerationError, match="--parts 'warmup=1,rl=2', this run asks for None"):
+        run(cfg(tmp_path, structures=3), progress=False)
+    with pytest.raises(ValueError, match="summing to structures"):
+        cfg(tmp_path, structures=4, parts={"warmup": 1, "rl": 2})
+    with pytest.raises(ValueError, match="divide the train split"):
+        cfg(tmp_path, structures=3, split="benchmark", parts={"warmup": 1, "rl": 2})
+
+
+def test_cli_parts_default_the_structure_count_and_name_a_bad_item(tmp_path: Path) -> None:
+    ok = CliRunner().invoke(app, ["gen", "--out", str(tmp_path / "a"), "--parts", "warmup=1,rl=1", "--seed", "0",
+                                  "--split", "train", "--quiet"])
+    assert ok.exit_code == 0 and "2 structures, 32 views" in ok.output, ok.output
+    bad = CliRunner().invoke(app, ["gen", "--out", str(tmp_path / "b"), "--parts", "warmup=1,rx=2", "--seed", "0",
+                                   "--split", "train"])
+    assert bad.exit_code == 2 and "'rx=2'" in bad.output and not (tmp_path / "b").exists()
+
+
 def test_duplicates_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     ids = iter(["a", "b", "a", "c", "b", "d"] + [f"x{i}" for i in range(100)])
     monkeypatch.setattr(plan, "candidate_ids", lambda batch: [next(ids) for _ in range(batch[1], batch[2])])

@@ -25,6 +25,12 @@ DEMO_TRAINING = ("sft.optimizer.max_steps=120", "rl.optimizer.max_steps=16", "lo
 first third of the shipped RL budget, and a checkpoint every 40 steps (not every 2: saving was a tenth of the
 training time)."""
 
+DEMO_PARTS = "warmup=2,rl=4"
+"""The train structures the demo renders (``gen --parts``): the first 2 of the warm-up part (32 views) and the first 4
+of the RL part (64 views, the recipe's ``data.max_examples``, which is as many RL prompts as are read). Rendering 40
+structures, as the demo did before (seed 0), gave these same 6 (the traces keep candidate order) plus 34 that nothing
+read."""
+
 CONTROL = "control"
 """The control's folder under the run folder: the RL phase's rollouts and rewards at the unchanged SFT weights."""
 
@@ -62,23 +68,26 @@ def recorded_variant(*datasets: Path) -> str | None:
 
 
 def demo_steps(
-    out: Path, structures: int, benchmark_structures: int, renderer: str, resolution: int, seed: int, k: int,
+    out: Path, parts: str, benchmark_structures: int, renderer: str, resolution: int, seed: int, k: int,
     max_new_tokens: int, recipe: Path | str, kind: str = "plain", render_variant: str = "auto",
 ) -> list[list[str]]:
-    """The demo's commands, as argument lists for the ``spatialiq`` app (pure; tested)."""
+    """The demo's commands, as argument lists for the ``spatialiq`` app, in the order they start (pure; tested).
+
+    The benchmark render and the control run in the background (:func:`demo_background`) beside the DAPO-tight run,
+    and finish before check-splits, which needs both datasets."""
     train, bench = out / "data-train", out / "data-benchmark"
     traces, run, evals = out / "traces", out / "run", out / "eval"
     data_keys = [f"data.traces_dir={traces}", f"data.data_root={train}"]
     common = ["--seed", str(seed), "--renderer", renderer, "--resolution", str(resolution),
               "--render-variant", render_variant]
     return [
-        ["gen", "--out", str(train), "--structures", str(structures), "--split", "train", *common],
-        ["gen", "--out", str(bench), "--structures", str(benchmark_structures), "--split", "benchmark", *common],
-        ["check-splits", str(train), str(bench)],
+        ["gen", "--out", str(train), "--parts", parts, "--split", "train", *common],
         ["traces", "--data", str(train), "--out", str(traces), "--kind", kind],
-        ["run", "dapo-tight", "--recipe", str(recipe), "--out", str(run), *data_keys, *DEMO_TRAINING],
+        ["gen", "--out", str(bench), "--structures", str(benchmark_structures), "--split", "benchmark", *common],
         ["train", "rl", "--recipe", str(recipe), "--out", str(run / CONTROL), "--control",
          f"rl.init_from={run / 'sft' / 'final'}", *data_keys, *DEMO_TRAINING],
+        ["run", "dapo-tight", "--recipe", str(recipe), "--out", str(run), *data_keys, *DEMO_TRAINING],
+        ["check-splits", str(train), str(bench)],
         ["eval", "sample", "--model", str(run / "final"), "--data", str(bench),
          "--out", str(evals / "completions.jsonl"), "--k", str(k), "--max-new-tokens", str(max_new_tokens),
          "--engine", "transformers"],
@@ -90,10 +99,28 @@ def demo_steps(
     ]
 
 
+def demo_background(out: Path) -> dict[int, Path | None]:
+    """Step index (in :func:`demo_steps`) -> the file it waits for, for the steps that run in a background process
+    (pure; tested). Training runs on one core: the benchmark render (needed first by sampling) takes the other at
+    once, and the control (RL's rollouts at the SFT weights) takes it when the SFT phase's completion record appears,
+    so it runs beside RL. Every background step has finished before :data:`JOIN_BEFORE` starts."""
+    return {2: None, 3: out / "run" / "sft" / MARKER}
+
+
+JOIN_BEFORE = "check-splits"
+"""The first step that needs the background steps' output (the benchmark dataset; the control before the report)."""
+MARKER = "complete.json"
+"""A finished phase's completion record (``spatialiq_train.train.completion.MARKER``; not imported: it pulls in the
+training stack)."""
+
+
 def demo(
     ctx: typer.Context,
     out: Path = typer.Option(Path("demo"), "--out", help="Folder for everything the demo writes."),
-    structures: int = typer.Option(40, "--structures", help="Train structures (16 views each)."),
+    parts: str = typer.Option(
+        DEMO_PARTS, "--parts",
+        help="Train structures to render per part (16 views each), as for gen --parts; the default is what the "
+             "training reads."),
     benchmark_structures: int = typer.Option(4, "--benchmark-structures", help="Benchmark structures."),
     renderer: str = typer.Option("mitsuba", "--renderer", help="mitsuba (CPU default) or isaacsim."),
     resolution: int = typer.Option(
@@ -128,30 +155,123 @@ def demo(
     if render_variant == "auto" and (recorded := recorded_variant(out / "data-train", out / "data-benchmark")):
         typer.echo(f"note: {out} was rendered with {recorded}; rendering the rest with it too", err=True)
         render_variant = recorded
-    steps = demo_steps(out, structures, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe,
+    import torch
+
+    # one intra-op thread, as bench/bench_learning.py trains: the tiny model's ops are too small to split, and two
+    # threads spent several times the CPU per step (more so when another job holds a core)
+    torch.set_num_threads(1)
+    steps = demo_steps(out, parts, benchmark_structures, renderer, resolution, seed, k, max_new_tokens, recipe,
                        kind, render_variant)
-    run_steps(ctx, steps)
+    run_steps(ctx, steps, demo_background(out), out / "logs")
     report_learning(out, rec)
     typer.secho(f"Done. Report: {out / 'eval' / 'report' / 'report.md'}; release: {out / 'release'}", bold=True)
     typer.secho(f"Note: {TINY_NOTE}", bold=True)
 
 
-def run_steps(ctx: typer.Context, steps: list[list[str]]) -> None:
-    """Each step in this process, timed; the first failure stops the demo with its exit status."""
+def run_steps(ctx: typer.Context, steps: list[list[str]], background: dict[int, Path | None] | None = None,
+              logs: Path | None = None) -> None:
+    """Each step timed, in this process, or (the indices in ``background``) in a child process started once the
+    given file exists, its output in ``logs``; background steps finish before the step named :data:`JOIN_BEFORE`.
+    The first failure stops the demo with its exit status (background children are stopped)."""
     from spatialiq_train.cli.steps import VERBOSE_KEY, run_step
     from spatialiq_train.core.errors import UserError
 
     verbose = bool(ctx.meta.get(VERBOSE_KEY))
-    for n, args in enumerate(steps, 1):
-        typer.secho(f"[{n}/{len(steps)}] spatialiq {shlex.join(args)}", bold=True)
-        wall, cpu = time.perf_counter(), time.process_time()
-        rc = run_step(ctx, args, verbose)
-        if rc:
-            raise UserError(f"demo step {n} failed (exit {rc}, its error is above): spatialiq {shlex.join(args)}",
-                            exit_code=rc)
-        name = args[0] if args[1].startswith("-") or "/" in args[1] else f"{args[0]} {args[1]}"
-        typer.echo(f"[{n}/{len(steps)}] {name}: {time.perf_counter() - wall:.1f} s wall, "
-                   f"{time.process_time() - cpu:.1f} s CPU")
+    children: list[_Child] = []
+    try:
+        for n, args in enumerate(steps, 1):
+            label = f"[{n}/{len(steps)}]"
+            if background and n - 1 in background:
+                assert logs is not None
+                child = _Child(label, args, background[n - 1], logs / f"{n:02d}-{_name(args).replace(' ', '-')}.log",
+                               verbose)
+                children.append(child)
+                typer.secho(f"{label} spatialiq {shlex.join(args)} (in the background; output in {child.log})",
+                            bold=True)
+                continue
+            if args[0] == JOIN_BEFORE:
+                for child in children:
+                    child.join()
+            typer.secho(f"{label} spatialiq {shlex.join(args)}", bold=True)
+            wall, cpu = time.perf_counter(), time.process_time()
+            rc = run_step(ctx, args, verbose)
+            if rc:
+                raise UserError(f"demo step {n} failed (exit {rc}, its error is above): spatialiq {shlex.join(args)}",
+                                exit_code=rc)
+            typer.echo(f"{label} {_name(args)}: {time.perf_counter() - wall:.1f} s wall, "
+                       f"{time.process_time() - cpu:.1f} s CPU")
+        for child in children:
+            child.join()
+    finally:
+        for child in children:
+            child.stop()
+
+
+def _name(args: list[str]) -> str:
+    return args[0] if args[1].startswith("-") or "/" in args[1] else f"{args[0]} {args[1]}"
+
+
+class _Child:
+    """One step in a child process (``python -m spatialiq_train.cli``, one torch thread), started by a thread once
+    ``after`` exists; :meth:`join` prints its wall and CPU seconds, or its log's tail and the failure."""
+
+    def __init__(self, label: str, args: list[str], after: Path | None, log: Path, verbose: bool) -> None:
+        import threading
+
+        self.label, self.args, self.after, self.log, self.verbose = label, args, after, log, verbose
+        self.proc: Any = None
+        self.rc: int | None = None
+        self.wall = self.cpu = 0.0
+        self.error: BaseException | None = None
+        self.cancel = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"demo {label}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import os
+        import subprocess
+        import sys
+
+        try:
+            while self.after is not None and not self.after.is_file():
+                if self.cancel.wait(0.5):
+                    return
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            argv = [sys.executable, "-m", "spatialiq_train.cli", *(["--verbose"] if self.verbose else []), *self.args]
+            with self.log.open("w", encoding="utf-8") as sink:
+                wall = time.perf_counter()
+                if self.cancel.is_set():
+                    return
+                self.proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+                _, status, usage = os.wait4(self.proc.pid, 0)
+                self.proc.returncode = self.rc = os.waitstatus_to_exitcode(status)
+                self.wall, self.cpu = time.perf_counter() - wall, usage.ru_utime + usage.ru_stime
+        except BaseException as exc:  # noqa: BLE001 - reported by join()
+            self.error = exc
+
+    def join(self) -> None:
+        from spatialiq_train.core.errors import UserError
+
+        self.thread.join()
+        if self.error is not None:
+            raise UserError(f"demo step {self.label} could not run in the background ({self.error}): "
+                            f"spatialiq {shlex.join(self.args)}")
+        if self.rc:
+            tail = self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
+            typer.echo("\n".join(tail), err=True)
+            raise UserError(f"demo step {self.label} failed (exit {self.rc}; the end of {self.log} is above): "
+                            f"spatialiq {shlex.join(self.args)}", exit_code=self.rc)
+        if self.rc is not None:
+            typer.echo(f"{self.label} {_name(self.args)} (background): {self.wall:.1f} s wall, {self.cpu:.1f} s CPU")
+            self.rc = None  # reported once
+
+    def stop(self) -> None:
+        """Stop the child if it still runs (after another step failed)."""
+        self.cancel.set()
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.terminate()
+        self.thread.join(timeout=30)
 
 
 def report_learning(out: Path, rec: Any) -> None:

@@ -14,6 +14,9 @@ def gen(
     seed: int | None = typer.Option(None, "--seed",
                                     help="Master seed (>= 0); structure i comes from (seed, candidate i)."),
     split: str | None = typer.Option(None, "--split", help="train or benchmark (decided per structure by its hash)."),
+    parts: str | None = typer.Option(
+        None, "--parts", help="Train split only: structures per part, e.g. warmup=2,rl=4 (the first ones of each part "
+                              "in candidate order; parts val, warmup, rl); --structures defaults to their sum."),
     workers: int = typer.Option(1, "--workers", help="Worker processes."),
     renderer: str = typer.Option("none", "--renderer", help="none (ground truth only), mitsuba or isaacsim."),
     object_type: str = typer.Option("cube", "--object-type", help="cube, or can (needs a renderer)."),
@@ -40,6 +43,9 @@ def gen(
     if verify:
         _verify(out)
         return
+    part_counts = _parts(parts) if parts is not None else None
+    if structures is None and part_counts is not None:
+        structures = sum(part_counts.values())
     missing = [flag for flag, value in (("--structures", structures), ("--seed", seed), ("--split", split))
                if value is None]
     if missing:
@@ -48,7 +54,7 @@ def gen(
     try:
         cfg = GenConfig(out=out, structures=structures, seed=seed, split=split, workers=workers, renderer=renderer,
                         object_type=object_type, shard=shard, num_shards=num_shards, resolution=resolution,
-                        render_variant=render_variant)
+                        render_variant=render_variant, parts=part_counts)
     except ValidationError as exc:
         raise UserError(option_errors(exc)) from None
     manifest = run(cfg, progress=not quiet, plan_only=plan_only)
@@ -59,6 +65,23 @@ def gen(
         typer.echo(f"{c['structures']} structures, {c['views']} views, {len(manifest['shards'])} shard(s) in {out}")
     else:
         typer.echo(f"shard {shard} of {cfg.shard_count} complete; once all are, run: spatialiq gen-merge --out {out}")
+
+
+def _parts(text: str) -> dict[str, int]:
+    """``--parts warmup=2,rl=4`` as {"warmup": 2, "rl": 4}; a malformed item is a UserError naming it."""
+    from spatialiq_train.core.errors import UserError
+    from spatialiq_train.core.splits import PARTS
+
+    out: dict[str, int] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        name, _, count = item.partition("=")
+        if name not in PARTS or not count.strip().isdigit() or name in out:
+            raise UserError(f"--parts: {item!r} is not PART=COUNT with a part named once of {', '.join(PARTS)} "
+                            "(e.g. --parts warmup=2,rl=4)")
+        out[name] = int(count)
+    if not out:
+        raise UserError("--parts: no PART=COUNT given (e.g. --parts warmup=2,rl=4)")
+    return out
 
 
 def _verify(out: Path) -> None:
