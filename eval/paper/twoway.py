@@ -126,8 +126,7 @@ def bootstrap_slopes(stats: SceneStats, n_boot: int, seed: int, batch: int = 250
     out = []
     for start in range(0, n_boot, batch):
         # a (k, V) draw equals k draws of size V (tests/test_paper_draws.py): the official one per replicate
-        chunk = rng.integers(0, n_v, size=(min(batch, n_boot - start), n_v))
-        np.take(stats.order, chunk, out=chunk)
+        chunk = stats.order[rng.integers(0, n_v, size=(min(batch, n_boot - start), n_v))]
         chunk += rows[:chunk.shape[0]]
         w = np.bincount(chunk.ravel(), minlength=chunk.shape[0] * n_v).reshape(-1, n_v).astype(np.float64)
         m = moments(stats, w, outer)
