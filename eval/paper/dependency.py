@@ -80,9 +80,11 @@ def bootstrap_lift_ci(pool: Pool, parent: np.ndarray, child: np.ndarray, varying
     stats = np.stack([np.bincount(pool.view[m], weights=w, minlength=n_views)[scenes]
                       for m, w in ((met, child[met]), (met, None), (unmet, child[unmet]), (unmet, None))], 1)
     table = stats.astype(np.int64)  # counts of rows and of right answers: integers, so every sum below is exact
-    rng = np.random.default_rng(seed)  # batches of (250, V) draws equal one (n_boot, V) draw (test_paper_draws.py)
-    sums = np.concatenate([summed_rows(table, rng.integers(0, scenes.size, size=(min(250, n_boot - i), scenes.size)))
-                           for i in range(0, n_boot, 250)]).astype(np.float64)
+    # (100, V) batches equal one (n_boot, V) draw (test_paper_draws.py); at 100 the arrays stay below the size
+    # that the allocator maps fresh (and page-faults in) for every batch
+    rng = np.random.default_rng(seed)
+    sums = np.concatenate([summed_rows(table, rng.integers(0, scenes.size, size=(min(100, n_boot - i), scenes.size)))
+                           for i in range(0, n_boot, 100)]).astype(np.float64)
     ok = (sums[:, 1] > 0) & (sums[:, 3] > 0)
     if ok.sum() < 10:
         return math.nan, math.nan
