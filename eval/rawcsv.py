@@ -205,7 +205,9 @@ def read_raw_csv(path: str | Path, name: str | None = None) -> ResponderTable:
 
     Refused: a missing or unpartnered column, a wrong field count, a non-integer value, correctness other than
     0/1/empty, a header-only file, a view on two rows, and correctness that contradicts ``X_pred == X_gt``
-    where both exist (an unparsed answer, ``X_pred`` empty, may be scored 0 or left empty).
+    where both exist (an unparsed answer, ``X_pred`` empty, may be scored 0 or left empty). A plain file (ASCII,
+    no quotes, one record per line, as released) is read with numpy (:mod:`eval.plaincsv`); any other file, and a
+    plain file with a bad cell, is read with the ``csv`` module, which words the error.
     """
     path = Path(path)
     name = name or model_name_from_file(path) or path.stem
