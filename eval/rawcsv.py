@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.plaincsv import PlainCsv, read_plain
 from spatialiq_train.core.errors import InputError, UserError
 from spatialiq_train.core.io import atomic_write_text, csv_text
 from spatialiq_train.core.tasks import TASKS
@@ -204,12 +205,41 @@ def read_raw_csv(path: str | Path, name: str | None = None) -> ResponderTable:
 
     Refused: a missing or unpartnered column, a wrong field count, a non-integer value, correctness other than
     0/1/empty, a header-only file, a view on two rows, and correctness that contradicts ``X_pred == X_gt``
-    where both exist (an unparsed answer, ``X_pred`` empty, may be scored 0 or left empty).
+    where both exist (an unparsed answer, ``X_pred`` empty, may be scored 0 or left empty). A plain file (ASCII,
+    no quotes, one record per line, as released) is read with numpy (:mod:`eval.plaincsv`); any other file, and a
+    plain file with a bad cell, is read with the ``csv`` module, which words the error.
     """
     path = Path(path)
     name = name or model_name_from_file(path) or path.stem
+    plain = read_plain(path)
+    table = None if plain is None else _plain_table_of(path, name, plain)
+    if table is not None:
+        return table
     header, rows, lines = _read_rows(path)
     return _table_of(path, name, header, rows, lines)
+
+
+def _wanted(tasks: list[str]) -> list[str]:
+    return [*META_COLUMNS] + [t + s for t in tasks for s in ("", "_pred", "_gt")]
+
+
+def _plain_table_of(path: Path, name: str, plain: PlainCsv) -> ResponderTable | None:
+    """The table of a plain file (:mod:`eval.plaincsv`) whose numeric cells are all integers or empty and whose
+    correctness cells are 0, 1 or empty; None otherwise (the ``csv`` path then reads it and names the bad cell)."""
+    tasks = _check_header(plain.header, path)
+    index = {c: i for i, c in enumerate(plain.header)}
+    lines = list(range(2, plain.n_rows + 2))  # one record per line, no blank line
+    views = plain.strings(index["view"])
+    _check_unique_views(views, lines, path)
+    wanted = _wanted(tasks)
+    values = plain.integers([index[c] for c in wanted])
+    if values is None:
+        return None
+    flags = values[[c in tasks for c in wanted]]
+    if bool(((flags != 0) & (flags != 1) & ~np.isnan(flags)).any()):
+        return None
+    arrays = dict(zip(wanted, values, strict=True))
+    return _assemble(path, name, tasks, views, plain.strings(index["object_type"]), arrays, lines)
 
 
 def _table_of(path: Path, name: str, header: list[str], rows: list[list[str]], lines: list[int]) -> ResponderTable:
@@ -220,13 +250,17 @@ def _table_of(path: Path, name: str, header: list[str], rows: list[list[str]], l
     columns = list(zip(*rows, strict=True))
     views = list(columns[index["view"]])
     _check_unique_views(views, lines, path)
-    wanted = [*META_COLUMNS] + [t + s for t in tasks for s in ("", "_pred", "_gt")]
     memo: dict[str, float] = {}
-    arrays = {c: _column(columns[index[c]], lines, path, c, c in tasks, memo) for c in wanted}
+    arrays = {c: _column(columns[index[c]], lines, path, c, c in tasks, memo) for c in _wanted(tasks)}
+    return _assemble(path, name, tasks, views, list(columns[index["object_type"]]), arrays, lines)
+
+
+def _assemble(path: Path, name: str, tasks: list[str], views: list[str], object_type: list[str],
+              arrays: dict[str, np.ndarray], lines: list[int]) -> ResponderTable:
     for t in tasks:
         _check_flags(t, arrays, lines, path)
     return ResponderTable(
-        name=name, views=views, object_type=list(columns[index["object_type"]]),
+        name=name, views=views, object_type=object_type,
         meta={c: arrays[c] for c in META_COLUMNS},
         correct={t: arrays[t] for t in tasks},
         pred={t: arrays[t + "_pred"] for t in tasks},

@@ -478,3 +478,17 @@ def test_glm_style_raw_file_scores_unanswered_views_wrong(shared_dir: Path, tmp_
     assert m["acc@1"] == pytest.approx(0.035) and m["n"]["acc@1"] == 3000
     assert m["coverage@1"] == pytest.approx(2511 / 3000) and m["acc@1_answered"] == pytest.approx(105 / 2511)
     assert summary_row(t, "prerequisite_given_dependent")["object_count"] == pytest.approx(0.035)
+
+
+@pytest.mark.parametrize("high", [1, 2, 5, 200])
+def test_unique_rows_equal_numpy_unique_along_rows(high: int) -> None:
+    """twoway.unique_rows (one integer key per row) = numpy.unique(axis=0): same patterns in the same order (the
+    outer-product basis is summed in that order), same inverse; arrays it cannot key go numpy's way."""
+    from eval.paper.twoway import unique_rows
+
+    rng = np.random.default_rng(high)
+    for n in (rng.integers(0, high + 1, size=(500, 9)).astype(float), rng.random((50, 3)), np.zeros((4, 2)),
+              rng.integers(0, 2**20, size=(30, 4)).astype(float)):
+        patterns, inverse = unique_rows(n)
+        want_patterns, want_inverse = np.unique(n, axis=0, return_inverse=True)
+        assert np.array_equal(patterns, want_patterns) and np.array_equal(inverse, want_inverse.reshape(-1))

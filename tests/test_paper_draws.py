@@ -73,3 +73,16 @@ def test_bootstrap_slopes_equal_the_loop_over_replicates() -> None:
     got = bootstrap_slopes(stats, 90, 3, batch=25)
     want = _loop_slopes(stats, 90, 3)
     assert got.shape == want.shape and np.allclose(got, want, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("high", [3, 40, 2**20])
+def test_summed_rows_equal_the_count_matrix_product(high: int) -> None:
+    """dependency.summed_rows (packed words, one gather per word) = the (K, V) draw counts times the table,
+    also when the fields need more than one word."""
+    from eval.paper.dependency import summed_rows
+
+    rng = np.random.default_rng(5)
+    table = rng.integers(0, high, size=(300, 4))
+    draws = rng.integers(0, 300, size=(20, 300))
+    counts = np.stack([np.bincount(row, minlength=300) for row in draws])
+    assert np.array_equal(summed_rows(table, draws), counts @ table)

@@ -45,10 +45,26 @@ def _chi2_p(met: np.ndarray, unmet: np.ndarray) -> float:
     return pvalues.chi2_2x2(table)  # NaN for an empty row or column (expected frequency zero)
 
 
-def _draw_counts(draws: np.ndarray, size: int) -> np.ndarray:
-    """(K, size) how often each index was drawn in each of K rows of draws (``draws`` is overwritten)."""
-    draws += np.arange(draws.shape[0])[:, None] * size
-    return np.bincount(draws.ravel(), minlength=draws.shape[0] * size).reshape(-1, size).astype(float)
+def summed_rows(table: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """(K, C) exact sums of the rows of ``table`` ((V, C) non-negative integers) picked by each of K rows of
+    ``draws`` ((K, D) indices into V).
+
+    The columns are packed side by side into int64 words, each field wide enough for the largest possible sum
+    (the column maximum times D), so one gather and one row sum per word do the work of a (K, V) count matrix
+    and its product with ``table``. Sums must stay below 2**63.
+    """
+    n_cols = table.shape[1]
+    width = max(1, int(table.max(initial=0)) * draws.shape[1]).bit_length()
+    per_word = max(1, 63 // width)
+    sums: list[np.ndarray] = []
+    for start in range(0, n_cols, per_word):
+        fields = range(start, min(n_cols, start + per_word))
+        word = np.zeros(table.shape[0], dtype=np.int64)
+        for i, col in enumerate(fields):
+            word |= table[:, col] << (i * width)
+        total = np.take(word, draws).sum(axis=1)
+        sums += [(total >> (i * width)) & ((1 << width) - 1) for i in range(len(fields))]
+    return np.stack(sums, 1)
 
 
 def bootstrap_lift_ci(pool: Pool, parent: np.ndarray, child: np.ndarray, varying: np.ndarray, n_views: int,
@@ -63,9 +79,12 @@ def bootstrap_lift_ci(pool: Pool, parent: np.ndarray, child: np.ndarray, varying
     met, unmet = ws & (parent == 1), ws & (parent == 0)
     stats = np.stack([np.bincount(pool.view[m], weights=w, minlength=n_views)[scenes]
                       for m, w in ((met, child[met]), (met, None), (unmet, child[unmet]), (unmet, None))], 1)
-    rng = np.random.default_rng(seed)  # batches of (250, V) draws equal one (n_boot, V) draw (test_paper_draws.py)
-    sums = np.concatenate([_draw_counts(rng.integers(0, scenes.size, size=(min(250, n_boot - i), scenes.size)),
-                                        scenes.size) @ stats for i in range(0, n_boot, 250)])
+    table = stats.astype(np.int64)  # counts of rows and of right answers: integers, so every sum below is exact
+    # (100, V) batches equal one (n_boot, V) draw (test_paper_draws.py); at 100 the arrays stay below the size
+    # that the allocator maps fresh (and page-faults in) for every batch
+    rng = np.random.default_rng(seed)
+    sums = np.concatenate([summed_rows(table, rng.integers(0, scenes.size, size=(min(100, n_boot - i), scenes.size)))
+                           for i in range(0, n_boot, 100)]).astype(np.float64)
     ok = (sums[:, 1] > 0) & (sums[:, 3] > 0)
     if ok.sum() < 10:
         return math.nan, math.nan

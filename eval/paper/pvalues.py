@@ -9,15 +9,41 @@ floating-point operations in the same order as the ``scipy.stats`` function it n
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
+import sys
+import types
+from pathlib import Path
 
 import numpy as np
 
 
-def _special():  # type: ignore[no-untyped-def]
-    import scipy.special._ufuncs as ufuncs  # scipy.special: a third of scipy.stats' import time
+@functools.cache
+def _special() -> types.ModuleType:
+    """``scipy.special._ufuncs``, the compiled module holding the special functions, without ``scipy.special``.
 
-    return ufuncs
+    ``scipy.special``'s ``__init__`` imports its array-API layer, which imports the rest of numpy (``numpy.f2py``,
+    ``numpy.ma``, ``numpy.testing``: 0.3 s of CPU); the compiled module itself needs only its sibling extension
+    modules. So, unless ``scipy.special`` is imported already, an empty package object stands in for it while
+    ``_ufuncs`` loads, and is removed afterwards: a later ``import scipy.special`` runs its ``__init__`` as usual
+    and reuses this same ``_ufuncs`` module (the functions are the same objects either way).
+    """
+    name = "scipy.special"
+    if name in sys.modules:
+        return importlib.import_module(name + "._ufuncs")
+    import scipy
+
+    stand_in = types.ModuleType(name)
+    stand_in.__path__ = [str(Path(scipy.__path__[0]) / "special")]
+    sys.modules[name] = stand_in
+    try:
+        return importlib.import_module(name + "._ufuncs")
+    finally:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        if vars(scipy).get("special") is stand_in:
+            delattr(scipy, "special")
 
 
 def _mean(x: np.ndarray) -> np.float64:

@@ -65,14 +65,30 @@ def _moments(q: np.ndarray, b: np.ndarray, diag: np.ndarray, outer: np.ndarray) 
     return q - np.stack([corr[:, 0, 0], corr[:, 0, 1], corr[:, 1, 1]], 1)
 
 
+def unique_rows(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``numpy.unique(n, axis=0, return_inverse=True)`` (rows sorted lexicographically, and each row's index
+    among them) for a (V, R) array of small non-negative integer counts.
+
+    Each row is read as one base-(max + 1) number, an integer key in the same order as the rows, so a 1-D unique
+    of V keys replaces numpy's sort of V structured rows (10 ms for the published files' 3000 x 9 counts).
+    Other arrays, and keys that would not fit in int64, take numpy's way.
+    """
+    top = int(n.max(initial=0)) + 1
+    if n.size == 0 or n.min() < 0 or not np.array_equal(n, np.floor(n)) or n.shape[1] * math.log2(top) >= 62:
+        patterns, inverse = np.unique(n, axis=0, return_inverse=True)
+        return patterns, inverse.reshape(-1)
+    key = n.astype(np.int64) @ (top ** np.arange(n.shape[1] - 1, -1, -1, dtype=np.int64))
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return n[first], inverse
+
+
 def _outer_basis(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(V, P) scene -> basis weights and (P, R, R) basis such that n_v n_v' / |v| = sum_p basis weights * basis.
 
     Scenes with the same responder presence share one basis matrix, so P is the number of presence patterns
     (one or a few for released files); past R*R patterns the basis is the R*R unit matrices instead.
     """
-    patterns, inverse = np.unique(n, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    patterns, inverse = unique_rows(n)
     sizes = np.where(n.sum(1) > 0, n.sum(1), 1)
     n_r = n.shape[1]
     if patterns.shape[0] > n_r * n_r:
@@ -110,8 +126,7 @@ def bootstrap_slopes(stats: SceneStats, n_boot: int, seed: int, batch: int = 250
     out = []
     for start in range(0, n_boot, batch):
         # a (k, V) draw equals k draws of size V (tests/test_paper_draws.py): the official one per replicate
-        chunk = rng.integers(0, n_v, size=(min(batch, n_boot - start), n_v))
-        np.take(stats.order, chunk, out=chunk)
+        chunk = stats.order[rng.integers(0, n_v, size=(min(batch, n_boot - start), n_v))]
         chunk += rows[:chunk.shape[0]]
         w = np.bincount(chunk.ravel(), minlength=chunk.shape[0] * n_v).reshape(-1, n_v).astype(np.float64)
         m = moments(stats, w, outer)

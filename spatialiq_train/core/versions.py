@@ -8,8 +8,6 @@ range, instead of deep inside a trainer. Versions are read from package metadata
 
 from __future__ import annotations
 
-from importlib import metadata
-
 from spatialiq_train.core.errors import UserError
 
 PROJECT_VERSION = "0.1.0"
@@ -43,6 +41,8 @@ engine-contract stage's test engine) installs the ``vllm`` package under its own
 
 
 def installed(package: str) -> str | None:
+    from importlib import metadata  # imported here: it costs every ``spatialiq`` command ~0.05 s of CPU
+
     for distribution in DISTRIBUTIONS.get(package, (package,)):
         try:
             return metadata.version(distribution)
