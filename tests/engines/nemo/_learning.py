@@ -112,9 +112,22 @@ def write_tiny_config(phase: str, data: Data, out: Path, sets: Sequence[str]) ->
                  f"run.output_dir={out / 'run'}", *sets):
         args += ["--set", item]
     result = CliRunner().invoke(app, args)
+    _drop_closed_handlers()
     if result.exit_code != 0:
         raise RuntimeError(f"spatialiq recipes nemo-rl failed: {result.output}")
     return cfg, yaml.safe_load(cfg.read_text(encoding="utf-8"))
+
+
+def _drop_closed_handlers() -> None:
+    """Logging handlers the CLI set up on CliRunner's captured streams, closed once it returns: without this every
+    later log record prints a 'Logging error' traceback."""
+    import logging
+
+    for logger in (logging.getLogger(), *(logging.getLogger(n) for n in logging.root.manager.loggerDict)):
+        for handler in list(getattr(logger, "handlers", [])):
+            stream = getattr(handler, "stream", None)
+            if stream is not None and getattr(stream, "closed", False):
+                logger.removeHandler(handler)
 
 
 @contextmanager
@@ -207,6 +220,7 @@ def scalars(log_dir: Path, name: str) -> dict[int, float]:
 def convert(checkpoint_dir: str | Path, out: Path) -> Path:
     """``spatialiq nemo convert`` of a run's newest checkpoint to a Hugging Face folder."""
     result = CliRunner().invoke(app, ["nemo", "convert", "--checkpoint", str(checkpoint_dir), "--out", str(out)])
+    _drop_closed_handlers()
     if result.exit_code != 0:
         raise RuntimeError(f"nemo convert failed: {result.output}")
     return out
