@@ -15,8 +15,7 @@ from _nemo_support import run_driver, write_config
 
 SETS = ("rl.num_generations=2", "rl.optimizer.max_steps=2", "rl.optimizer.learning_rate=1e-3",
         "rl.optimizer.warmup_steps=0", "generation.max_completion_length=1", "rl.overlong.enabled=false",
-        "rl.dynamic_sampling.enabled=false", "rl.validation.every_steps=null", "data.eval_split=null",
-        "logging.save_steps=1000", "sft.validation.early_stopping_patience=null")
+        "rl.dynamic_sampling.enabled=false", "logging.save_steps=1000", "sft.validation.early_stopping_patience=null")
 
 
 def test_rl_that_updates_nothing_warns_with_the_cause_and_the_knobs(warm: _learning.WarmUp, tmp_path: Path) -> None:

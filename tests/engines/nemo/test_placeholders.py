@@ -24,8 +24,7 @@ from spatialiq_train.nemo import driver
 
 SETS = ("rl.num_generations=2", "rl.optimizer.max_steps=1", "rl.optimizer.learning_rate=1e-3",
         "rl.optimizer.warmup_steps=0", "generation.max_completion_length=6", "rl.overlong.enabled=false",
-        "rl.dynamic_sampling.enabled=false", "rl.validation.every_steps=null", "data.eval_split=null",
-        "logging.save_steps=1000", "sft.validation.early_stopping_patience=null")
+        "rl.dynamic_sampling.enabled=false", "logging.save_steps=1000", "sft.validation.early_stopping_patience=null")
 
 
 def _step(warm: _learning.WarmUp, out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
