@@ -63,6 +63,7 @@ from spatialiq_train.nemo.placeholders import sampled_placeholders_masked
 from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.runtime import NemoApi, load_api
 from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase, load_recipe_checked, read_settings
+from spatialiq_train.nemo.watch import StepWatch
 
 log = logging.getLogger(__name__)
 
@@ -94,62 +95,6 @@ def dynamic_sampling_exit(cap: Any) -> Iterator[None]:
             "rl.dynamic_sampling.max_refill_rounds or rl.num_generations (regenerate the config with --set), or "
             "check the rewards (all samples of a group scoring alike); rerun the same command to resume from the "
             "last checkpoint") from exc
-
-
-class StepWatch:
-    """Whether any GRPO step updated the weights, from what v0.7.0's loop logs (``Logger.log_metrics``, prefix
-    ``train``): each step's ``grad_norm`` and its rollouts' ``natural_termination_rate`` (1 - the share cut at the
-    new-token budget), as rows in the project's metric names for :func:`spatialiq_train.core.learning.idle_rl_cause`
-    (the rule the TRL path applies to its metrics.jsonl)."""
-
-    def __init__(self) -> None:
-        self.grad_norm: dict[int, float] = {}
-        self.terminated: dict[int, list[float]] = {}
-
-    def record(self, metrics: dict[str, Any], step: int, prefix: str | None) -> None:
-        import numpy as np
-
-        if prefix != "train":
-            return
-        if "grad_norm" in metrics:
-            self.grad_norm[int(step)] = float(np.max(np.asarray(metrics["grad_norm"], dtype=np.float64)))
-        if "natural_termination_rate" in metrics:
-            self.terminated.setdefault(int(step), []).append(float(metrics["natural_termination_rate"]))
-
-    def attach(self, logger: Any) -> None:
-        """Record what ``logger`` is given from now on, then pass it on unchanged."""
-        real = logger.log_metrics
-
-        def log_metrics(metrics: dict[str, Any], step: int, prefix: str | None = "", *args: Any,
-                        **kwargs: Any) -> Any:
-            self.record(metrics, step, prefix)
-            return real(metrics, step, prefix, *args, **kwargs)
-
-        logger.log_metrics = log_metrics
-
-    def rows(self) -> list[dict[str, Any]]:
-        from spatialiq_train.core.metrics import ROLLOUT_CLIPPED_SHARE, TRAIN_GRAD_NORM
-
-        rows = []
-        for step, norm in sorted(self.grad_norm.items()):
-            row: dict[str, Any] = {"phase": "rl", "step": step, TRAIN_GRAD_NORM: norm}
-            if rates := self.terminated.get(step):
-                row[ROLLOUT_CLIPPED_SHARE] = 1.0 - sum(rates) / len(rates)
-            rows.append(row)
-        return rows
-
-    def learned_nothing(self, max_new_tokens: int) -> str | None:
-        """The warning when no step this run took updated the weights (logged), else None."""
-        from spatialiq_train.core.learning import idle_rl_cause
-
-        cause = idle_rl_cause(self.rows(), max_new_tokens)
-        if cause is None:
-            return None
-        cause += (" (recipe keys: regenerate the NeMo-RL config with `spatialiq recipes nemo-rl --set`, or override "
-                  "policy.generation.max_new_tokens, grpo.num_generations_per_prompt and "
-                  "grpo.dynamic_sampling_max_gen_batches here)")
-        log.warning("%s", cause)
-        return cause
 
 
 # --- checkpoints ------------------------------------------------------------------------------------------------
@@ -265,8 +210,10 @@ def _run_rl(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> str | 
             master.env[name].setdefault("metrics_file", str(log_dir / f"{name}_metrics.jsonl"))
     task_to_env = {TASK_NAME: api.create_env(TRAIN_ENV, master.env[TRAIN_ENV])}
     val_task_to_env = None if val is None else {TASK_NAME: api.create_env(VAL_ENV, master.env[VAL_ENV])}
-    watch = StepWatch()
-    with per_view_groups(master), sampled_placeholders_masked(processor.tokenizer):
+    generation = master.policy["generation"]
+    watch = StepWatch(int(generation["max_new_tokens"]), generation.get("stop_token_ids") or ())
+    with (per_view_groups(master), sampled_placeholders_masked(processor.tokenizer),
+          watch.rollouts_of(task_to_env)):
         (policy, policy_generation, _gym, _cluster, dataloader, val_dataloader, loss_fn, logger, checkpointer,
          grpo_state, master_config, _teachers, _aliases) = api.grpo_setup(
             master, processor.tokenizer, train, val, processor=processor)
@@ -274,7 +221,7 @@ def _run_rl(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> str | 
         with dynamic_sampling_exit(master.grpo.get("dynamic_sampling_max_gen_batches")):
             api.grpo_train(policy, policy_generation, dataloader, val_dataloader, processor.tokenizer, loss_fn,
                            task_to_env, val_task_to_env, logger, checkpointer, grpo_state, master_config)
-    return watch.learned_nothing(int(master.policy["generation"]["max_new_tokens"]))
+    return watch.learned_nothing()
 
 
 def _run_sft(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> None:

@@ -1,7 +1,8 @@
 """An RL phase that learned nothing says so on NeMo-RL too: ``spatialiq nemo rl`` through v0.7.0's ``grpo_train``.
 
 Two GRPO steps from the loop tests' warm-up with a one-token completion budget: every completion is cut before its
-answer tag, every sample of a view scores the same, every advantage is 0 and no step moves the weights. The command
+answer tag, every sample of a view scores the same, every advantage is 0 and no step moves the weights (weight
+decay off: AdamW's decoupled decay would move them on a zero gradient, and the KL term would then have one). The command
 still exits 0 (the run is complete and resumable) and its summary warns, naming the cause and the knobs.
 """
 
@@ -14,6 +15,7 @@ from _cpu_workers import LOG, reset_log
 from _nemo_support import run_driver, write_config
 
 SETS = ("rl.num_generations=2", "rl.optimizer.max_steps=2", "rl.optimizer.learning_rate=1e-3",
+        "rl.optimizer.weight_decay=0",
         "rl.optimizer.warmup_steps=0", "generation.max_completion_length=1", "rl.overlong.enabled=false",
         "rl.dynamic_sampling.enabled=false", "logging.save_steps=1000", "sft.validation.early_stopping_patience=null")
 

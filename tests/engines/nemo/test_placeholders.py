@@ -46,9 +46,10 @@ def test_a_sampled_image_token_is_masked_and_the_step_trains(warm: _learning.War
     seen: list[Any] = []
     real = grpo.ClippedPGLossFn.__call__
 
-    def loss(self: Any, next_token_logits: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+    def loss(self: Any, *args: Any, **kwargs: Any) -> Any:
+        data = kwargs["data"] if "data" in kwargs else args[1]
         seen.append(data["sample_mask"].clone())
-        return real(self, next_token_logits, data, *args, **kwargs)
+        return real(self, *args, **kwargs)
 
     monkeypatch.setattr(grpo.ClippedPGLossFn, "__call__", loss)
     with caplog.at_level(logging.WARNING, logger="spatialiq_train.nemo.placeholders"):
