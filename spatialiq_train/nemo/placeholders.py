@@ -18,8 +18,8 @@ harmless there). How many samples were masked is logged per rollout.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -60,28 +60,20 @@ def mask_sampled_placeholders(batch: Any, ids: Sequence[int], replacement: int) 
     return len(hit)
 
 
-@contextmanager
-def sampled_placeholders_masked(tokenizer: Any) -> Iterator[None]:
-    """v0.7.0's ``grpo.run_multi_turn_rollout`` wrapped with :func:`mask_sampled_placeholders` for the block."""
-    import nemo_rl.algorithms.grpo as grpo
+def sampled_placeholders_masked(tokenizer: Any) -> AbstractContextManager[None]:
+    """v0.7.0's rollouts followed by :func:`mask_sampled_placeholders` (with a logged count), for the block."""
+    from spatialiq_train.nemo.rollouts import after_each_rollout
 
     ids = vision_token_ids(tokenizer)
     replacement = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if replacement is None or replacement in ids:
         raise ValueError("the tokenizer has neither a pad nor an end-of-sequence token outside the vision tokens")
-    real = grpo.run_multi_turn_rollout
 
-    def run_multi_turn_rollout(*args: Any, **kwargs: Any) -> Any:
-        batch, metrics = real(*args, **kwargs)
+    def mask(batch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         masked = mask_sampled_placeholders(batch, ids, int(replacement))
         if masked:
             log.warning("%d of %d sampled completions held a vision token (%s): replaced by the pad token and left "
                         "out of the loss (NeMo-RL v0.7.0 cannot take them through the policy's forward pass)",
                         masked, len(batch["message_log"]), ", ".join(VISION_TOKENS))
-        return batch, metrics
 
-    grpo.run_multi_turn_rollout = run_multi_turn_rollout
-    try:
-        yield
-    finally:
-        grpo.run_multi_turn_rollout = real
+    return after_each_rollout(mask)

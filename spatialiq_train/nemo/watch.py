@@ -13,8 +13,8 @@ metrics.jsonl) decides and words the warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -72,26 +72,17 @@ class StepWatch:
 
         logger.log_metrics = log_metrics
 
-    @contextmanager
-    def rollouts_of(self, task_to_env: Any) -> Iterator[None]:
-        """v0.7.0's ``grpo.run_multi_turn_rollout`` watched for the block: calls with ``task_to_env`` (training, not
-        validation) are recorded."""
-        import nemo_rl.algorithms.grpo as grpo
+    def rollouts_of(self, task_to_env: Any) -> AbstractContextManager[None]:
+        """v0.7.0's rollouts watched for the block: calls with ``task_to_env`` (training, not validation) are
+        recorded."""
+        from spatialiq_train.nemo.rollouts import after_each_rollout
 
-        real = grpo.run_multi_turn_rollout
-
-        def run_multi_turn_rollout(*args: Any, **kwargs: Any) -> Any:
-            batch, metrics = real(*args, **kwargs)
+        def record(batch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             envs = kwargs["task_to_env"] if "task_to_env" in kwargs else (args[3] if len(args) > 3 else None)
             if envs is task_to_env:
                 self.record_rollout(batch)
-            return batch, metrics
 
-        grpo.run_multi_turn_rollout = run_multi_turn_rollout
-        try:
-            yield
-        finally:
-            grpo.run_multi_turn_rollout = real
+        return after_each_rollout(record)
 
     def rows(self) -> list[dict[str, Any]]:
         from spatialiq_train.core.metrics import ROLLOUT_CLIPPED_SHARE, TRAIN_GRAD_NORM
