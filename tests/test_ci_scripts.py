@@ -78,8 +78,9 @@ if [ "${1:-}" = --build-only ]; then
     echo "build CI=${CI:-}" >> "$SIQ_FAKE_LOG"
     exit "${SIQ_BUILD_RC:-0}"
 fi
-echo "engines CI=${CI:-}" >> "$SIQ_FAKE_LOG"
-exit "${SIQ_ENGINE_RC:-0}"
+echo "engines $* CI=${CI:-}" >> "$SIQ_FAKE_LOG"
+rc_var="SIQ_ENGINE_RC_$1"
+exit "${!rc_var:-0}"
 """
 STEPS = ("venv", "torch", "install", "pytest", "engines")
 STEP_CODES = {"venv": 3, "torch": 4, "install": 5, "pytest": 6}
@@ -112,7 +113,10 @@ def _run_ci(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str
     builds = [line for line in lines if _step(line) == "build"]
     assert builds == [f"build CI={env.get('CI', 'true')}"], lines
     lines = [line for line in lines if line not in builds]
-    return proc, lines, [_step(line) for line in lines]
+    # the two engine stages run side by side: one step, in either order
+    stages = sorted(line for line in lines if _step(line) == "engines")
+    lines = [line for line in lines if _step(line) != "engines"] + stages
+    return proc, lines, list(dict.fromkeys(_step(line) for line in lines))
 
 
 def _readme_test_command() -> str:
@@ -141,7 +145,8 @@ def test_ci_runs_every_step_then_the_engine_stage_under_ci(tmp_path: Path) -> No
     proc, lines, steps = _run_ci(tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert steps == list(STEPS), lines
-    assert lines[-1] == "engines CI=true"  # CI's rules apply to the engine stage even where the runner set no CI
+    # both stages, each on its own; CI's rules apply to them even where the runner set no CI
+    assert lines[-2:] == ["engines engines CI=true", "engines nemo CI=true"], lines
     assert "--index-url https://download.pytorch.org/whl/cpu" in lines[1]  # the CPU torch, as on a user's machine
 
 
@@ -152,9 +157,12 @@ def test_ci_fails_when_the_background_build_of_the_engine_environments_fails(tmp
     assert "building the engine stages' environments failed (exit 7" in proc.stderr
 
 
-def test_ci_fails_when_the_engine_stage_fails(tmp_path: Path) -> None:
-    proc, _, steps = _run_ci(tmp_path, SIQ_ENGINE_RC="7", CI="1")
-    assert proc.returncode == 7 and steps == list(STEPS)
+@pytest.mark.parametrize("stage", ["nemo", "engines"])
+def test_ci_fails_when_an_engine_stage_fails_and_still_runs_the_other(tmp_path: Path, stage: str) -> None:
+    proc, lines, steps = _run_ci(tmp_path, **{f"SIQ_ENGINE_RC_{stage}": "7"}, CI="1")
+    assert proc.returncode == 1 and steps == list(STEPS), (proc.returncode, lines, proc.stderr)
+    assert lines[-2:] == ["engines engines CI=1", "engines nemo CI=1"], lines
+    assert f"{'nemo' if stage == 'nemo' else 'vLLM/DeepSpeed'} exit 7" in proc.stderr
 
 
 # ------------------------------------------------------------------------------------------ tests/engines/run.sh
