@@ -62,6 +62,16 @@ def test_every_module_of_spatialiq_train_is_in_one_layer() -> None:
     assert found == placed
 
 
+def _from_base(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` statement imports from, a relative one resolved in ``package``."""
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join([*parts, base] if base else parts)
+    return base
+
+
 def imports_in(text: str, package: str) -> list[tuple[int, str]]:
     """Every module an import statement of ``text`` names, with its line; relative imports resolved in ``package``.
 
@@ -72,11 +82,7 @@ def imports_in(text: str, package: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = _from_base(node, package)
             found.append((node.lineno, base))
             found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
     return found
@@ -213,11 +219,7 @@ def module_edges(text: str, package: str, known: set[str]) -> list[tuple[int, st
         if isinstance(node, ast.Import):
             named += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = _from_base(node, package)
             named += [(node.lineno, f"{base}.{a.name}" if f"{base}.{a.name}" in known else base) for a in node.names]
         elif isinstance(node, ast.Call):
             func = node.func

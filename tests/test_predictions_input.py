@@ -54,13 +54,19 @@ def test_eval_score_reads_predictions_files(tmp_path: Path) -> None:
     assert both.exit_code == 2 and "give one or the other" in both.output
 
 
-def test_reward_analyze_reads_predictions_files(tmp_path: Path) -> None:
+def _analyze(tmp_path: Path, rewards: str) -> list[dict[str, str]]:
+    """``spatialiq reward analyze --raw`` on the test file; the rows of its rewards.csv."""
     out = tmp_path / "lab"
     res = CliRunner().invoke(app, ["reward", "analyze", "--raw", str(_file(tmp_path)), "--out", str(out),
-                                   "--rewards", "exact_match,integer_distance"])
+                                   "--rewards", rewards])
     assert res.exit_code == 0, res.output
     with (out / "a" / "rewards.csv").open() as fh:
-        rows = list(csv.DictReader(fh))
+        return list(csv.DictReader(fh))
+
+
+def test_reward_analyze_reads_predictions_files(tmp_path: Path) -> None:
+    rows = _analyze(tmp_path, "exact_match,integer_distance")
+    out = tmp_path / "lab"
     assert [r["exact_match"] for r in rows] == ["1", "0", "1"] and rows[1]["parsed_abs_error"] == "1"
     with (out / "b" / "summary.csv").open() as fh:
         summary = {r["reward"]: r for r in csv.DictReader(fh)}
@@ -94,12 +100,7 @@ def test_reward_analyze_raw_takes_the_files_of_a_shell_glob(tmp_path: Path) -> N
 def test_reward_analyze_raw_parses_subtasks_from_the_text_not_the_recorded_columns(tmp_path: Path) -> None:
     """The rebuilt texts are `<answer>N</answer>`: parsed, they state no sub-task line, so parsed_subtasks_correct
     is 0 even where the file records right task5/task8 predictions (docs/rewards.md: parsed from the text)."""
-    out = tmp_path / "lab"
-    res = CliRunner().invoke(app, ["reward", "analyze", "--raw", str(_file(tmp_path)), "--out", str(out),
-                                   "--rewards", "exact_match"])
-    assert res.exit_code == 0, res.output
-    with (out / "a" / "rewards.csv").open() as fh:
-        rows = list(csv.DictReader(fh))
+    rows = _analyze(tmp_path, "exact_match")
     assert rows[0]["parsed_exact_match"] == "1"  # v1: task5 and task8 recorded right, main right
     assert [r["parsed_subtasks_correct"] for r in rows] == ["0", "0", "0"]
 
