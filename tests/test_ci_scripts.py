@@ -2,7 +2,8 @@
 engine; the one real pytest run is a two-file suite):
 
 - `.ci/run` runs the README's test command verbatim and stops at its first failing step, with that step's exit
-  status, never reaching the engine stage;
+  status, never reaching the vLLM/DeepSpeed stage; the NeMo-RL stage runs beside the suite as soon as its environment
+  is built, and a failed build or stage fails CI;
 - `tests/engines/run.sh` fails a stage at its first failing step, writes a stamp only after every install step
   succeeded, digests every pin file it installs (and installs nothing that is not in one), fails without
   ../shared/vendor whenever CI is set, finds each stage's Python (not a hard-coded name) and names a missing one,
@@ -26,8 +27,8 @@ ENGINES = REPO / "tests" / "engines"
 BASH = shutil.which("bash") or "/bin/bash"
 # The commands the scripts call; the tests' PATH holds only these (linked) and the fakes, so no real Python,
 # pip or pyenv of this machine can be found by accident.
-TOOLS = ("bash", "cat", "cp", "cut", "dirname", "basename", "grep", "id", "mkdir", "mv", "rm", "sha256sum", "sort",
-         "env", "tail")
+TOOLS = ("bash", "cat", "cp", "cut", "dirname", "basename", "grep", "id", "mkdir", "mktemp", "mv", "rm", "sha256sum",
+         "sort", "env", "tail")
 
 
 def _exe(path: Path, text: str) -> Path:
@@ -75,8 +76,9 @@ exit 0
 """
 ENGINE_STUB = """#!/usr/bin/env bash
 if [ "${1:-}" = --build-only ]; then
-    echo "build CI=${CI:-}" >> "$SIQ_FAKE_LOG"
-    exit "${SIQ_BUILD_RC:-0}"
+    echo "build $2 CI=${CI:-}" >> "$SIQ_FAKE_LOG"
+    rc_var="SIQ_BUILD_RC_$2"
+    exit "${!rc_var:-0}"
 fi
 echo "engines $* CI=${CI:-}" >> "$SIQ_FAKE_LOG"
 rc_var="SIQ_ENGINE_RC_$1"
@@ -94,29 +96,36 @@ def _step(line: str) -> str:
     raise AssertionError(f"unexpected command in the fake log: {line}")
 
 
-def _run_ci(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str], list[str]]:
-    repo = tmp_path / "repo"
-    (repo / ".ci").mkdir(parents=True)
-    shutil.copy2(CI_RUN, repo / ".ci" / "run")
-    _exe(repo / "tests" / "engines" / "run.sh", ENGINE_STUB)
-    fakes, venvbin, log = tmp_path / "fakes", tmp_path / "venvbin", tmp_path / "log"
-    _exe(fakes / "python3", FAKE_PYTHON3)
-    _exe(fakes / "apt-get", "#!/usr/bin/env bash\nexit 0\n")
-    _exe(venvbin / "pip", FAKE_PIP)
-    _exe(venvbin / "python", FAKE_VENV_PYTHON)
-    full_env = {"PATH": f"{fakes}{os.pathsep}{_tools(tmp_path)}", "HOME": str(tmp_path), "SIQ_FAKE_LOG": str(log),
-                "SIQ_VENVBIN": str(venvbin), **env}
-    proc = subprocess.run([BASH, str(repo / ".ci" / "run")], env=full_env, capture_output=True, text=True,
-                          timeout=120)
-    lines = _log(log)
-    # the environments' build runs in the background from the start: once, in any order relative to the rest
-    builds = [line for line in lines if _step(line) == "build"]
-    assert builds == [f"build CI={env.get('CI', 'true')}"], lines
-    lines = [line for line in lines if line not in builds]
-    # the two engine stages run side by side: one step, in either order
-    stages = sorted(line for line in lines if _step(line) == "engines")
-    lines = [line for line in lines if _step(line) != "engines"] + stages
-    return proc, lines, list(dict.fromkeys(_step(line) for line in lines))
+class CiRun:
+    """One `.ci/run` in a temporary copy of the repository with fakes: its process, the README command's steps and
+    the vLLM/DeepSpeed stage in the order they ran, and the background NeMo-RL job's own lines."""
+
+    def __init__(self, tmp_path: Path, **env: str) -> None:
+        repo = tmp_path / "repo"
+        (repo / ".ci").mkdir(parents=True)
+        shutil.copy2(CI_RUN, repo / ".ci" / "run")
+        _exe(repo / "tests" / "engines" / "run.sh", ENGINE_STUB)
+        fakes, venvbin, log = tmp_path / "fakes", tmp_path / "venvbin", tmp_path / "log"
+        _exe(fakes / "python3", FAKE_PYTHON3)
+        _exe(fakes / "apt-get", "#!/usr/bin/env bash\nexit 0\n")
+        _exe(venvbin / "pip", FAKE_PIP)
+        _exe(venvbin / "python", FAKE_VENV_PYTHON)
+        full_env = {"PATH": f"{fakes}{os.pathsep}{_tools(tmp_path)}", "HOME": str(tmp_path),
+                    "SIQ_FAKE_LOG": str(log), "SIQ_VENVBIN": str(venvbin), "TMPDIR": str(tmp_path), **env}
+        self.proc = subprocess.run([BASH, str(repo / ".ci" / "run")], env=full_env, capture_output=True, text=True,
+                                   timeout=120)
+        ci = env.get("CI", "true")
+        lines = _log(log)
+        # both environments build in the background from the start, in either order; the NeMo-RL stage runs in the
+        # background as soon as its environment is built, so its line may fall anywhere after that build's
+        self.builds = sorted(line for line in lines if _step(line) == "build")
+        assert self.builds == [f"build engines CI={ci}", f"build nemo CI={ci}"], lines
+        self.nemo_ran = f"engines nemo CI={ci}" in lines
+        if self.nemo_ran:
+            assert lines.index(f"engines nemo CI={ci}") > lines.index(f"build nemo CI={ci}"), lines
+        self.lines = [line for line in lines if _step(line) != "build" and not line.startswith("engines nemo")]
+        self.steps = list(dict.fromkeys(_step(line) for line in self.lines))
+        assert not list(tmp_path.glob("siq-ci.*")), "the CI logs' folder was left behind"
 
 
 def _readme_test_command() -> str:
@@ -134,35 +143,45 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
 
 
 @pytest.mark.parametrize("step", ["venv", "torch", "install", "pytest"])
-def test_ci_stops_at_the_first_failing_step_and_never_reaches_the_engine_stage(tmp_path: Path, step: str) -> None:
-    proc, lines, steps = _run_ci(tmp_path, SIQ_FAIL_AT=step)
-    assert proc.returncode == STEP_CODES[step], (proc.returncode, lines, proc.stderr)
-    assert steps == list(STEPS[: STEPS.index(step) + 1]), lines  # every step before it ran, none after
-    assert f"the README's test command failed (exit {STEP_CODES[step]})" in proc.stderr
+def test_ci_stops_at_the_first_failing_step_and_never_reaches_the_vllm_deepspeed_stage(tmp_path: Path,
+                                                                                        step: str) -> None:
+    run = CiRun(tmp_path, SIQ_FAIL_AT=step)
+    assert run.proc.returncode == STEP_CODES[step], (run.proc.returncode, run.lines, run.proc.stderr)
+    assert run.steps == list(STEPS[: STEPS.index(step) + 1]), run.lines  # every step before it ran, none after
+    assert f"the README's test command failed (exit {STEP_CODES[step]})" in run.proc.stderr
+    # the NeMo-RL stage had started beside the suite: it is waited for and its log shown
+    assert run.nemo_ran and "---- NeMo-RL stage" in run.proc.stdout
 
 
-def test_ci_runs_every_step_then_the_engine_stage_under_ci(tmp_path: Path) -> None:
-    proc, lines, steps = _run_ci(tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert steps == list(STEPS), lines
-    # both stages, each on its own; CI's rules apply to them even where the runner set no CI
-    assert lines[-2:] == ["engines engines CI=true", "engines nemo CI=true"], lines
-    assert "--index-url https://download.pytorch.org/whl/cpu" in lines[1]  # the CPU torch, as on a user's machine
+def test_ci_runs_every_step_and_both_engine_stages_under_ci(tmp_path: Path) -> None:
+    run = CiRun(tmp_path)
+    assert run.proc.returncode == 0, run.proc.stderr
+    assert run.steps == list(STEPS), run.lines
+    # the vLLM/DeepSpeed stage after the suite, the NeMo-RL one beside it; CI's rules apply to both even where the
+    # runner set no CI
+    assert run.lines[-1] == "engines engines CI=true" and run.nemo_ran, run.lines
+    assert "--index-url https://download.pytorch.org/whl/cpu" in run.lines[1]  # the CPU torch, as on a user's machine
+    for event in ("README test command done (exit 0)", "NeMo-RL stage done (exit 0)",
+                  "vLLM/DeepSpeed stage done (exit 0)", "CI done"):
+        assert re.search(rf"\[ci\] {re.escape(event)} at \d+m\d\ds", run.proc.stdout), run.proc.stdout
 
 
-def test_ci_fails_when_the_background_build_of_the_engine_environments_fails(tmp_path: Path) -> None:
-    proc, lines, steps = _run_ci(tmp_path, SIQ_BUILD_RC="7")
-    assert proc.returncode == 7, (proc.returncode, lines, proc.stderr)
-    assert steps == list(STEPS[:-1]), lines  # the main suite ran; the engine stage did not
-    assert "building the engine stages' environments failed (exit 7" in proc.stderr
+@pytest.mark.parametrize(("stage", "name"), [("nemo", "NeMo-RL"), ("engines", "vLLM/DeepSpeed")])
+def test_ci_fails_with_the_status_of_a_failed_environment_build_and_skips_only_that_stage(
+        tmp_path: Path, stage: str, name: str) -> None:
+    run = CiRun(tmp_path, **{f"SIQ_BUILD_RC_{stage}": "7"})
+    assert run.proc.returncode == 7, (run.proc.returncode, run.lines, run.proc.stderr)
+    assert run.steps == list(STEPS[:-1]) + (["engines"] if stage == "nemo" else []), run.lines
+    assert run.nemo_ran is (stage != "nemo")
+    assert f"building the {name} environment failed (exit 7" in run.proc.stderr
 
 
 @pytest.mark.parametrize("stage", ["nemo", "engines"])
 def test_ci_fails_when_an_engine_stage_fails_and_still_runs_the_other(tmp_path: Path, stage: str) -> None:
-    proc, lines, steps = _run_ci(tmp_path, **{f"SIQ_ENGINE_RC_{stage}": "7"}, CI="1")
-    assert proc.returncode == 1 and steps == list(STEPS), (proc.returncode, lines, proc.stderr)
-    assert lines[-2:] == ["engines engines CI=1", "engines nemo CI=1"], lines
-    assert f"{'nemo' if stage == 'nemo' else 'vLLM/DeepSpeed'} exit 7" in proc.stderr
+    run = CiRun(tmp_path, **{f"SIQ_ENGINE_RC_{stage}": "7"}, CI="1")
+    assert run.proc.returncode == 1 and run.steps == list(STEPS), (run.proc.returncode, run.lines, run.proc.stderr)
+    assert run.lines[-1] == "engines engines CI=1" and run.nemo_ran, run.lines
+    assert f"{'nemo' if stage == 'nemo' else 'vLLM/DeepSpeed'} exit 7" in run.proc.stderr
 
 
 # ------------------------------------------------------------------------------------------ tests/engines/run.sh
