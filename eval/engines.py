@@ -278,10 +278,13 @@ class VLLMEngine:
     image per prompt is allowed unless ``max_images`` says more (task10/task11 send two), and images reach
     vLLM already at the checkpoint processor's target size (:func:`fit_images`). ``dtype`` is vLLM's (``auto``: the
     checkpoint's; vLLM's CPU backend runs a float32 checkpoint in bfloat16 unless told ``float32``).
+    ``enforce_eager`` is vLLM's: no torch.compile and no CUDA graphs, so the engine starts sooner and decodes slower
+    (on two CPU cores, a tiny model's engine started in 35 s instead of 61 s, most of the difference compilation).
     """
 
     def __init__(self, model_path: str | Path, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None, max_images: int = 1, dtype: str = "auto") -> None:
+                 max_model_len: int | None = None, max_images: int = 1, dtype: str = "auto",
+                 enforce_eager: bool = False) -> None:
         try:
             from vllm import LLM
         except ImportError as exc:
@@ -297,7 +300,7 @@ class VLLMEngine:
         kwargs: dict[str, Any] = {"model": str(model_path), "tensor_parallel_size": tensor_parallel_size,
                                   "gpu_memory_utilization": gpu_memory_utilization,
                                   "max_model_len": self.max_model_len, "dtype": dtype,
-                                  "limit_mm_per_prompt": {"image": max_images}}
+                                  "limit_mm_per_prompt": {"image": max_images}, "enforce_eager": enforce_eager}
         if self.budget is not None:
             kwargs["mm_processor_kwargs"] = {"min_pixels": self.budget[0], "max_pixels": self.budget[1]}
         self.on_cpu = vllm_on_cpu()
@@ -333,15 +336,15 @@ class VLLMEngine:
 
 
 def make_engine(name: EngineName, model_path: str | Path, *, tensor_parallel_size: int = 1, device: str = "cpu",
-                dtype: str = "auto", max_model_len: int | None = None,
-                max_images: int = 1) -> TransformersEngine | VLLMEngine:
+                dtype: str = "auto", max_model_len: int | None = None, max_images: int = 1,
+                enforce_eager: bool = False) -> TransformersEngine | VLLMEngine:
     """``auto`` picks vLLM when it is installed, else transformers."""
     if name == "auto":
         name = "vllm" if vllm_available() else "transformers"
         log.info("engine: %s", name)
     if name == "vllm":
         return VLLMEngine(model_path, tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-                          max_images=max_images, dtype=dtype)
+                          max_images=max_images, dtype=dtype, enforce_eager=enforce_eager)
     if name == "transformers":
         return TransformersEngine(model_path, device=device, dtype=dtype)
     raise UserError(f"--engine: unknown engine {name!r}; valid: auto, vllm, transformers")

@@ -58,6 +58,9 @@ def sample(
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="vLLM GPUs per model (4+ for 32B)."),
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", help="vLLM context length (default: 1024 prompt tokens + --max-new-tokens)."),
+    enforce_eager: bool = typer.Option(
+        False, "--enforce-eager", help="vLLM: no torch.compile or CUDA graphs (starts sooner, decodes slower: for "
+        "short runs and debugging)."),
     device: str = typer.Option("cpu", "--device", help="transformers engine device."),
     dialect: str | None = typer.Option(None, "--dialect", help="training or type1 (default by mode)."),
     cot_system_prompt: bool = typer.Option(True, "--cot-system-prompt/--no-cot-system-prompt"),
@@ -93,7 +96,7 @@ def sample(
     max_images = 2 if set(config.task_list()) & PARTNER_STEP.keys() else 1
     gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device,
                              max_model_len=max_model_len or default_max_model_len(max_new_tokens),
-                             max_images=max_images)
+                             max_images=max_images, enforce_eager=enforce_eager)
     write_provenance(out, record)  # every check passed and the engine loaded: only now is anything written
     if batch_size is None:
         config = config.model_copy(update={"batch_size": 256 if isinstance(gen_engine, VLLMEngine) else 4})

