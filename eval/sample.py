@@ -184,6 +184,8 @@ def run_sampling(
     requests = plan_requests(scenes, config, done)
     total = sum(len(r.samples) for r in requests)
     log.info("%d completions on file, %d to draw in %d requests", len(done), total, len(requests))
+    if config.temperature == 0 and config.k > 1:
+        log.info("temperature 0 is greedy: one completion per prompt, repeated k=%d times", config.k)
     written = 0
     for start in range(0, len(requests), config.batch_size):
         batch = requests[start:start + config.batch_size]

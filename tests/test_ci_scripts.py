@@ -28,7 +28,7 @@ BASH = shutil.which("bash") or "/bin/bash"
 # The commands the scripts call; the tests' PATH holds only these (linked) and the fakes, so no real Python,
 # pip or pyenv of this machine can be found by accident.
 TOOLS = ("bash", "cat", "cp", "cut", "dirname", "basename", "grep", "id", "mkdir", "mktemp", "mv", "rm", "sha256sum",
-         "sort", "env", "tail")
+         "sleep", "sort", "env", "tail")
 
 
 def _exe(path: Path, text: str) -> Path:
@@ -70,7 +70,7 @@ esac
 exit 0
 """
 FAKE_VENV_PYTHON = """#!/usr/bin/env bash
-echo "python $*" >> "$SIQ_FAKE_LOG"
+echo "python $* (OMP_NUM_THREADS=${OMP_NUM_THREADS:-})" >> "$SIQ_FAKE_LOG"
 [ "$1 $2" = "-m pytest" ] && [ "${SIQ_FAIL_AT:-}" = pytest ] && exit 6
 exit 0
 """
@@ -118,8 +118,10 @@ class CiRun:
         lines = _log(log)
         # both environments build in the background from the start, in either order; the NeMo-RL stage runs in the
         # background as soon as its environment is built, so its line may fall anywhere after that build's
-        self.builds = sorted(line for line in lines if _step(line) == "build")
-        assert self.builds == [f"build engines CI={ci}", f"build nemo CI={ci}"], lines
+        # the vLLM/DeepSpeed environment builds after the NeMo-RL one (the README's install shares the machine with
+        # one build at a time)
+        self.builds = [line for line in lines if _step(line) == "build"]
+        assert self.builds == [f"build nemo CI={ci}", f"build engines CI={ci}"], lines
         self.nemo_ran = f"engines nemo CI={ci}" in lines
         if self.nemo_ran:
             assert lines.index(f"engines nemo CI={ci}") > lines.index(f"build nemo CI={ci}"), lines
@@ -161,6 +163,7 @@ def test_ci_runs_every_step_and_both_engine_stages_under_ci(tmp_path: Path) -> N
     # runner set no CI
     assert run.lines[-1] == "engines engines CI=true" and run.nemo_ran, run.lines
     assert "--index-url https://download.pytorch.org/whl/cpu" in run.lines[1]  # the CPU torch, as on a user's machine
+    assert run.lines[3] == "python -m pytest -q (OMP_NUM_THREADS=1)"  # one thread: the NeMo-RL stage runs beside it
     for event in ("README test command done (exit 0)", "NeMo-RL stage done (exit 0)",
                   "vLLM/DeepSpeed stage done (exit 0)", "CI done"):
         assert re.search(rf"\[ci\] {re.escape(event)} at \d+m\d\ds", run.proc.stdout), run.proc.stdout

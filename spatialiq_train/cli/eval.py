@@ -58,9 +58,7 @@ def sample(
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="vLLM GPUs per model (4+ for 32B)."),
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", help="vLLM context length (default: 1024 prompt tokens + --max-new-tokens)."),
-    enforce_eager: bool = typer.Option(
-        False, "--enforce-eager", help="vLLM: no torch.compile or CUDA graphs (starts sooner, decodes slower: for "
-        "short runs and debugging)."),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM without compilation: starts sooner."),
     device: str = typer.Option("cpu", "--device", help="transformers engine device."),
     dialect: str | None = typer.Option(None, "--dialect", help="training or type1 (default by mode)."),
     cot_system_prompt: bool = typer.Option(True, "--cot-system-prompt/--no-cot-system-prompt"),
@@ -100,8 +98,6 @@ def sample(
     write_provenance(out, record)  # every check passed and the engine loaded: only now is anything written
     if batch_size is None:
         config = config.model_copy(update={"batch_size": 256 if isinstance(gen_engine, VLLMEngine) else 4})
-    if config.temperature == 0 and config.k > 1:
-        log.info("temperature 0 is greedy: one completion per prompt, repeated k=%d times", config.k)
     report = run_sampling(scenes, gen_engine, config, out,
                           progress=lambda done, total: log.info("%d/%d completions", done, total))
     typer.echo(f"{out}: {report.already_done} already on file, {report.written} written")

@@ -116,7 +116,8 @@ stage_nemo() {
     ensure_venv .venv-nemo "$py" "${NEMO_PINS[@]}"
     [ -z "$BUILD_ONLY" ] || return 0
     say "nemo: pytest tests/engines/nemo"
-    SIQ_ENGINE_STAGE=nemo PYTHONPATH="$VENDOR:$REPO" RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 \
+    # one OpenMP thread (as the vLLM/DeepSpeed stage): the models are tiny, and CI runs this stage beside the suite
+    SIQ_ENGINE_STAGE=nemo PYTHONPATH="$VENDOR:$REPO" RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 OMP_NUM_THREADS=1 \
         .venv-nemo/bin/python -m pytest -q -rs -p no:cacheprovider tests/engines/nemo
 }
 
