@@ -766,10 +766,11 @@ def test_device_probe_reads_the_visible_gpu_and_the_cpu(tmp_path: Path, monkeypa
     monkeypatch.setattr(device, "_drjit_cuda", lambda: ("8.9", "12.6"))  # Dr.Jit's own device wins for Mitsuba
     assert probe_device("mitsuba", "cuda_ad_rgb") == {**H100, "compute_capability": "8.9", "cuda": "12.6"}
     monkeypatch.setattr(device, "_drjit_llvm_version", lambda: "19.1.7")
-    monkeypatch.setattr(device, "cpu_vector_isa", lambda: "avx2")
+    cpu = {"cpu_isa": "avx2", "cpu_vendor": "GenuineIntel"}
+    monkeypatch.setattr(device, "cpu_identity", lambda: dict(cpu))
     arch = platform.machine()
-    assert probe_device("mitsuba", "llvm_ad_rgb") == {"cpu_arch": arch, "cpu_isa": "avx2", "llvm": "19.1.7"}
-    assert probe_device("mitsuba", "scalar_rgb") == {"cpu_arch": arch}
+    assert probe_device("mitsuba", "llvm_ad_rgb") == {"cpu_arch": arch, **cpu, "llvm": "19.1.7"}
+    assert probe_device("mitsuba", "scalar_rgb") == {"cpu_arch": arch, **cpu}  # Embree's kernels follow the CPU
     assert probe_device("fake", None) is None
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi, no Dr.Jit CUDA: every field unknown
     assert probe_device("isaacsim", None) == dict.fromkeys(H100)
@@ -873,3 +874,36 @@ def test_slurm_array_script_passes_extra_sbatch_options(tmp_path: Path) -> None:
                    capture_output=True)
     jobs = log.read_text().splitlines()
     assert len(jobs) == 3 and all("--constraint=h100 --exclusive" in job for job in jobs)
+
+
+CPUINFO_X86 = """processor\t: 0
+vendor_id\t: {vendor}
+model name\t: AMD EPYC
+flags\t\t: fpu sse sse2 {flags}
+
+processor\t: 1
+vendor_id\t: OtherVendor
+flags\t\t: fpu avx512f
+"""
+
+
+@pytest.mark.parametrize(("vendor", "flags", "isa"), [
+    ("AuthenticAMD", "sse4_2 avx avx2 avx512f avx512bw", "avx512f"),
+    ("GenuineIntel", "sse4_1 sse4_2 avx avx2 fma", "avx2"),
+    ("GenuineIntel", "sse4_2 avx", "avx"),
+    ("GenuineIntel", "sse4_1", None),
+])
+def test_the_cpu_identity_is_the_first_cpus_vendor_and_best_vector_isa(vendor: str, flags: str,
+                                                                       isa: str | None) -> None:
+    from data_gen.render.device import parse_cpuinfo
+
+    text = CPUINFO_X86.format(vendor=vendor, flags=flags)
+    assert parse_cpuinfo(text, "x86_64") == {"cpu_isa": isa, "cpu_vendor": vendor}
+
+
+def test_the_cpu_identity_off_x86_and_without_cpuinfo() -> None:
+    from data_gen.render.device import parse_cpuinfo
+
+    arm = "processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n"
+    assert parse_cpuinfo(arm, "aarch64") == {"cpu_isa": "aarch64", "cpu_vendor": "0x41"}
+    assert parse_cpuinfo("", "x86_64") == {"cpu_isa": None, "cpu_vendor": None}

@@ -3,10 +3,13 @@
 * ``cuda_*`` variants (and Isaac Sim, which renders on an RTX GPU): GPU name, compute capability, NVIDIA driver
   version and the CUDA version the driver provides. The driver holds the PTX compiler and OptiX, the
   compute capability selects the hardware's approximate instructions, so any of them can change pixels.
-* ``llvm_*`` variants: CPU architecture, the best vector instruction set (Dr.Jit's LLVM backend compiles for the
-  host CPU, and its vector width follows the instruction set) and the libLLVM version doing the compiling.
-* ``scalar_*`` variants: CPU architecture (the compiled wheel's floating-point code differs between
-  architectures).
+* CPU variants (``llvm_*`` and ``scalar_*``): CPU architecture, vendor and best vector instruction set. Both
+  intersect triangle meshes (our blocks) with Embree, which picks SSE, AVX, AVX2 or AVX-512 kernels at run time.
+  Measured: one 16-pixel ``scalar_rgb`` structure gave three different sets of bytes (pixels 1/255 apart) on an
+  AMD AVX-512 CPU, on QEMU emulating an AVX2 CPU, and on the machine its digests were first pinned on. The
+  vendor is recorded too, as approximate instructions (reciprocals) need not round alike on two vendors' CPUs.
+  ``llvm_*`` adds the libLLVM version (Dr.Jit compiles for the host CPU, its vector width following the
+  instruction set).
 
 Values that cannot be read are None, so a machine where they cannot be read still compares equal only to
 another such machine. Ground truth never depends on any of this (it comes from the ray caster).
@@ -31,9 +34,8 @@ def device_identity(renderer: str, variant: str | None) -> dict[str, Any] | None
         return cuda_identity(use_drjit=renderer == "mitsuba")
     if renderer != "mitsuba":
         return None
-    ident: dict[str, Any] = {"cpu_arch": platform.machine() or None}
+    ident: dict[str, Any] = {"cpu_arch": platform.machine() or None, **cpu_identity()}
     if str(variant).startswith("llvm"):
-        ident["cpu_isa"] = cpu_vector_isa()
         ident["llvm"] = _drjit_llvm_version()
     return ident
 
@@ -50,17 +52,32 @@ def cuda_identity(use_drjit: bool = True) -> dict[str, Any]:
             "driver": smi.get("driver_version"), "cuda": cuda or _nvidia_smi_cuda_version()}
 
 
-def cpu_vector_isa() -> str | None:
-    """The best x86 vector instruction set of this CPU (``avx512f``, ``avx2``, ...), the architecture elsewhere."""
-    machine = platform.machine()
-    if machine not in ("x86_64", "AMD64", "i686"):
-        return machine or None
+def cpu_identity() -> dict[str, str | None]:
+    """This CPU's ``cpu_isa`` (best x86 vector instruction set, the architecture elsewhere) and ``cpu_vendor``."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
-        return None
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return next((isa for isa in _X86_ISAS if isa in flags), None)
+        text = ""
+    return parse_cpuinfo(text, platform.machine())
+
+
+def parse_cpuinfo(text: str, machine: str) -> dict[str, str | None]:
+    """``cpu_isa`` and ``cpu_vendor`` from the text of ``/proc/cpuinfo`` (None for what it does not say).
+
+    On x86 the ISA is the best of avx512f, avx2, avx and sse4_2 in the first ``flags`` line; elsewhere it is the
+    architecture. The vendor is the first ``vendor_id`` (x86: GenuineIntel, AuthenticAMD) or, on ARM, ``CPU
+    implementer``.
+    """
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    vendor = fields.get("vendor_id") or fields.get("CPU implementer") or None
+    if machine not in ("x86_64", "AMD64", "i686"):
+        return {"cpu_isa": machine or None, "cpu_vendor": vendor}
+    flags = fields.get("flags", "").split()
+    return {"cpu_isa": next((isa for isa in _X86_ISAS if isa in flags), None), "cpu_vendor": vendor}
 
 
 def _drjit_llvm_version() -> str | None:
