@@ -193,13 +193,22 @@ def flipped_advantages() -> Iterator[None]:
         grpo._create_advantage_estimator = real
 
 
+IN_PROCESS_DATA = ("data.num_workers=0",)
+"""The learning runs load their data in the driver process. A user's run is one driver process (the recipe keeps the
+released configs' one DataLoader worker); here one pytest process drives run after run, and a worker forked from it
+after earlier runs left their Ray, gRPC and logger threads behind once died of a double free (glibc's "double free
+or corruption", SIGABRT) in a CI run. The sampler, and so every batch, is the same either way; the worker-process
+path is the rollout tests' (``test_rollout.py``)."""
+
+
 def run_driver(phase: str, cfg: Path, overrides: Sequence[str] = ()) -> None:
-    """``spatialiq nemo PHASE --config CFG [OVERRIDES]`` in this process (Ray connections closed around it)."""
+    """``spatialiq nemo PHASE --config CFG [OVERRIDES]`` in this process (Ray connections closed around it), its
+    data loaded in this process (:data:`IN_PROCESS_DATA`)."""
     import ray
 
     ray.shutdown()
     try:
-        driver.run(phase, cfg, tuple(overrides))
+        driver.run(phase, cfg, (*IN_PROCESS_DATA, *overrides))
     finally:
         ray.shutdown()
 
