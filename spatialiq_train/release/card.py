@@ -23,6 +23,7 @@ from spatialiq_train.core.io import markdown_table
 from spatialiq_train.core.prompts import COT_SYSTEM_PROMPT
 from spatialiq_train.core.recipes import flatten
 from spatialiq_train.core.tasks import build_prompt
+from spatialiq_train.release.paths import Source
 
 TAGS = ["spatial-reasoning", "block-counting", "qwen2.5-vl", "spatial-iq", "image-text-to-text"]
 RL_TAGS = ["rlvr", "grpo", "dapo"]
@@ -72,6 +73,8 @@ class CardInputs:
     eval_caveat: str | None = None
     """Printed above the evaluation: metrics released on other weights than the checkpoint's (``release
     --allow-other-weights``)."""
+    sources: tuple[Source, ...] = ()
+    """The dataset, traces and checkpoints the run was made from, by folder name and digest (never a path)."""
 
 
 def recipe_differences(run: dict[str, Any], base: dict[str, Any] | None,
@@ -192,6 +195,8 @@ def _training_section(inputs: CardInputs) -> list[str]:
     facts = [("generator version", d.generator_version), ("generator seed", d.seed),
              ("structures", d.structures), ("views", d.views)]
     lines += [f"- Data {label}: {value}" for label, value in facts if value is not None]
+    lines += [f"- `{s.key}`: folder `{s.name}`, "
+              + (f"{s.digest_of} `{s.digest}`" if s.digest else "not found when released") for s in inputs.sources]
     lines += [f"- Split `{s}`: structure-id sha256 `{h}`" for s, h in sorted(d.split_hashes.items())]
     diffs = recipe_differences(inputs.run_recipe, inputs.base_recipe, inputs.phases)
     base = "the shipped recipe of the same name" if inputs.base_recipe is not None else "nothing (no shipped base)"

@@ -25,6 +25,16 @@ from spatialiq_train.release.checkpoint import (
     find_recipe,
 )
 from spatialiq_train.release.checksums import SUMS_FILE, verify_sums, write_sums
+from spatialiq_train.release.paths import (
+    PATH_KEYS,
+    Source,
+    names_a_place,
+    paths_found,
+    public_recipe,
+    public_value,
+    source_comment,
+    sources,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +148,51 @@ def base_model(recipe: dict[str, Any] | None, model_dir: Path) -> str | None:
         return str(model["name_or_path"])
     config = read_json(model_dir / "config.json")
     named = config.get("_name_or_path") if isinstance(config, dict) else None
-    return str(named) if named else None
+    return str(public_value(str(named))) if named else None
+
+
+def run_sources(recipe: dict[str, Any] | None, data_root: Path | None, run: Path,
+                phases: tuple[str, ...] | None) -> tuple[Source, ...]:
+    """The dataset (``--data``, else the recipe's), traces, and the checkpoints the run started from (``rl.init_from``
+    when the RL phase ran, a local ``model.name_or_path``), each by folder name and digest."""
+    data = (recipe or {}).get("data") or {}
+    model = (recipe or {}).get("model") or {}
+    items: list[tuple[str, str | None, Path | None]] = [
+        ("data.data_root", str(data_root) if data_root is not None else data.get("data_root"),
+         Path(data_root) if data_root is not None else run_path(data.get("data_root"), run)),
+        ("data.traces_dir", data.get("traces_dir"), run_path(data.get("traces_dir"), run))]
+    init_from = ((recipe or {}).get("rl") or {}).get("init_from")
+    if init_from and "rl" in (phases or ()):
+        items.append(("rl.init_from", init_from, run_path(init_from, run)))
+    name = model.get("name_or_path")
+    local = run_path(name, run) if name and not model.get("tiny") else None
+    if name and not model.get("tiny") and (names_a_place(name) or local is not None):
+        items.append(("model.name_or_path", name, local))
+    return sources(items)
+
+
+def _machine_paths(recipe: dict[str, Any] | None, *paths: Path | None) -> set[str]:
+    """The absolute paths a release was made from (resolved and as given), which none of its files may hold."""
+    found = {str(p) for p in paths if p is not None} | {str(Path(p).resolve()) for p in paths if p is not None}
+    for key in PATH_KEYS:
+        *parents, leaf = key.split(".")
+        section: Any = recipe or {}
+        for part in parents:
+            section = section.get(part) if isinstance(section, dict) else None
+        value = section.get(leaf) if isinstance(section, dict) else None
+        if names_a_place(value):
+            found |= {str(value), str(Path(str(value)).expanduser().resolve())}
+    return {p for p in found if Path(p).is_absolute()}
+
+
+def _public_config(folder: Path) -> None:
+    """A checkpoint config's ``_name_or_path`` (older writers keep the folder the model was loaded from) by its
+    folder name."""
+    path = folder / "config.json"
+    config = read_json(path)
+    if isinstance(config, dict) and names_a_place(config.get("_name_or_path")):
+        atomic_write_text(path, json.dumps({**config, "_name_or_path": public_value(config["_name_or_path"])},
+                                           indent=2, sort_keys=True) + "\n")
 
 
 def make_public(folder: Path) -> None:
@@ -221,17 +275,27 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
     tmp.mkdir(parents=True)
     copy_weights(model_dir, tmp)
     copy_configs(model_dir, tmp, _generation(recipe))
+    _public_config(tmp)
     write_processor(model_dir, tmp, *_pixel_budget(recipe))
-    if recipe_path is not None:
-        atomic_write_text(tmp / RECIPE_FILE, recipe_path.read_text(encoding="utf-8"))
     phases = run_phases(run, model_dir)
-    inputs = CardInputs(name=name or out.name, run_recipe=recipe or {}, base_recipe=_base_recipe((recipe or {})
-                        .get("name")), base_model=base_model(recipe, model_dir), license=license, datasets=datasets,
+    found = run_sources(recipe, data_root, run, phases)
+    public = public_recipe(recipe) if recipe is not None else None
+    if public is not None:
+        atomic_write_text(tmp / RECIPE_FILE, source_comment(found) + yaml.safe_dump(public, sort_keys=False))
+    inputs = CardInputs(name=name or out.name, run_recipe=public or {}, base_recipe=_base_recipe((recipe or {})
+                        .get("name")), base_model=base_model(public, model_dir), license=license, datasets=datasets,
                         data=data_facts(recipe, data_root, run), metrics=metrics_data, phases=phases,
                         trace_kind=trace_kind(recipe, phases, run), recipe_file=RECIPE_FILE if recipe_path else None,
-                        init_from=((recipe or {}).get("rl") or {}).get("init_from") if "rl" in (phases or ()) else
-                        None, eval_caveat=caveat)
+                        init_from=((public or {}).get("rl") or {}).get("init_from") if "rl" in (phases or ()) else
+                        None, eval_caveat=caveat, sources=found)
     atomic_write_text(tmp / "README.md", model_card(inputs))
+    leaks = paths_found(tmp, _machine_paths(recipe, run, model_dir, out, data_root, metrics))
+    if leaks:
+        shutil.rmtree(tmp, ignore_errors=True)
+        file, path = leaks[0]
+        raise ReleaseError(f"{out}: the release's {file} would hold {path}, a path of this machine; a release names "
+                           "its data by folder name and digest: remove the path from the recipe's free text (name, "
+                           "description) or the metrics file's note, and release again")
     write_sums(tmp)
     make_public(tmp)
     if out.exists():
