@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
-from spatialiq_train.release.paths import folder_name, names_a_place, public_recipe
+from spatialiq_train.release.paths import folder_name, names_a_place, paths_found, public_recipe
 
 SECRET = "home-of-alice-7f3a"
 """A folder name that stands for a user's home on a cluster: no released file may name it."""
@@ -55,6 +55,15 @@ def test_path_values_become_folder_names() -> None:
         "data": {"data_root": "train", "traces_dir": "data/traces/cot"}, "run": {"output_dir": "x"},
         "description": "kept"}
     assert recipe["data"]["data_root"] == "/home/alice/data/train"  # the run's recipe itself is left as it was
+
+
+def test_the_last_check_finds_whole_paths_in_text_files_only(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.md").write_text("trained on /data/alice/run/final; see /data/alice/run2")
+    (tmp_path / "model.safetensors").write_bytes(b"/data/alice/x")
+    assert paths_found(tmp_path, ["/data/alice/run", "/data/alice/run2", "/data/alice/x", "/data"]) == [
+        ("sub/a.md", "/data/alice/run2"), ("sub/a.md", "/data/alice/run")]
+    assert paths_found(tmp_path, ["/data/alice/ru"]) == []
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -117,7 +118,7 @@ def source_comment(found: Iterable[Source]) -> str:
 
 def paths_found(folder: Path, paths: Iterable[str | Path]) -> list[tuple[str, str]]:
     """(file relative to ``folder``, path) for each of ``paths`` (absolute, with two or more parts) that a text file
-    of ``folder`` holds."""
+    of ``folder`` holds, as a whole path (``/a/run`` is not found in ``/a/run2``)."""
     wanted = sorted({str(p) for p in paths if PurePosixPath(str(p)).is_absolute() and len(Path(p).parts) > 2},
                     key=len, reverse=True)
     found: list[tuple[str, str]] = []
@@ -128,5 +129,6 @@ def paths_found(folder: Path, paths: Iterable[str | Path]) -> list[tuple[str, st
             text = file.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             continue
-        found += [(file.relative_to(folder).as_posix(), p) for p in wanted if p in text]
+        found += [(file.relative_to(folder).as_posix(), p) for p in wanted
+                  if re.search(re.escape(p) + r"(?![\w.\-])", text)]
     return found
