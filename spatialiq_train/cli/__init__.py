@@ -21,7 +21,7 @@ from spatialiq_train.cli import reward as reward_cli
 from spatialiq_train.cli import sweep as sweep_cli
 from spatialiq_train.cli import traces as traces_cli
 from spatialiq_train.cli import train as train_cli
-from spatialiq_train.cli.steps import DEFAULT_INTERRUPT, INTERRUPT_KEY, VERBOSE_KEY
+from spatialiq_train.cli.steps import VERBOSE_KEY, interrupt_note
 from spatialiq_train.core.errors import describe_error
 
 
@@ -40,7 +40,7 @@ class _Commands(TyperGroup):
         except (typer.Exit, typer.Abort, typer.TyperException):  # exit codes and click's own usage errors
             raise
         except KeyboardInterrupt:  # Ctrl-C: say what was kept and how to resume, exit 130 as a shell would
-            typer.echo(f"interrupted: {ctx.meta.get(INTERRUPT_KEY, DEFAULT_INTERRUPT)}", err=True)
+            typer.echo(f"interrupted: {interrupt_note()}", err=True)
             raise typer.Exit(130) from None
         except Exception as exc:
             described = describe_error(exc)
