@@ -41,7 +41,7 @@ class _Commands(TyperGroup):
             raise
         except KeyboardInterrupt:  # Ctrl-C: say what was kept and how to resume, exit 130 as a shell would
             typer.echo(f"interrupted: {interrupt_note()}", err=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(code=130) from None
         except Exception as exc:
             described = describe_error(exc)
             if described is None or ctx.meta.get(VERBOSE_KEY):

@@ -173,8 +173,10 @@ def _check_score_options(mode: str | None, parse: str, k: int | None, min_covera
         raise UserError(f"--min-coverage must be a share between 0 and 1, got {min_coverage}")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1 (score the first N scenes), got {limit}; leave it out for all")
-    if not name or name.strip(".") == "" or any(not (c.isalnum() or c in "._+-") for c in name):
-        raise UserError(f"--name {name!r}: use letters, digits and . _ + - only (it becomes part of file names)")
+    from eval.score import run_name_problem
+
+    if (problem := run_name_problem(name)) is not None:
+        raise UserError(f"--name {name!r}: {problem}")
 
 
 @eval_app.command("score")
