@@ -135,8 +135,13 @@ def append_completions(path: str | Path, records: Iterable[Completion]) -> int:
     text = "".join(r.to_json() + "\n" for r in records)
     if not text:
         return 0
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:  # a full disk: name the file (a cut last line is set aside by the resume)
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     return text.count("\n")

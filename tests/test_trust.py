@@ -316,3 +316,27 @@ def test_sigint_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
     line = [t for t in proc.stderr.splitlines() if t.startswith("interrupted:")]
     assert len(line) == 1 and str(out) in line[0] and "rerun the same command" in line[0], proc.stderr
     assert len(out.read_text().splitlines()) == 2 and not lock_path(out).exists()
+
+
+def test_a_full_disk_while_appending_completions_names_the_file_and_the_resume_is_exact(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Complete or absent for completions: ENOSPC at the write is one line naming the file; what was cut is set
+    aside and the lines before it kept."""
+    from eval.completions import Completion, append_completions, load_completions
+    from spatialiq_train.core.errors import describe_error
+
+    out = tmp_path / "c.jsonl"
+    append_completions(out, [Completion("v1", "task_main", 0, "eins")])
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as caught:
+        append_completions(out, [Completion("v1", "task_main", 1, "zwei")])
+    message, code = describe_error(caught.value)  # type: ignore[misc]
+    assert code == EXIT_FAILURE and message == f"no space left on the device while writing {out}"
+    monkeypatch.undo()
+    with out.open("ab") as fh:  # what a disk that filled mid-line leaves
+        fh.write(b'{"view": "v1", "task": "ta')
+    assert list(load_completions(out)) == [("v1", "task_main", 0), ("v1", "task_main", 1)]
