@@ -340,3 +340,27 @@ def test_a_full_disk_while_appending_completions_names_the_file_and_the_resume_i
     with out.open("ab") as fh:  # what a disk that filled mid-line leaves
         fh.write(b'{"view": "v1", "task": "ta')
     assert list(load_completions(out)) == [("v1", "task_main", 0), ("v1", "task_main", 1)]
+
+
+def test_without_flock_the_recorded_pid_decides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system that refuses flock (ENOLCK): a live holder's pid still refuses, a dead one is taken over."""
+    import fcntl
+
+    def no_flock(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    out = tmp_path / "c.jsonl"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock_path(out).write_text(json.dumps({"pid": live.pid, "command": "spatialiq eval sample"}))
+        with pytest.raises(OutputLockedError, match=rf"pid {live.pid} \(spatialiq eval sample"):
+            with output_lock(out, "--out"):
+                pass
+    finally:
+        live.kill()
+        live.wait()
+    notes: list[str] = []
+    with output_lock(out, "--out", note=notes.append):
+        assert json.loads(lock_path(out).read_text())["pid"] == os.getpid()
+    assert len(notes) == 1 and f"pid {live.pid}" in notes[0] and not lock_path(out).exists()

@@ -4,7 +4,9 @@
 ``flock`` on that file, which the kernel drops when the holder exits however it exits, plus a JSON line naming the
 holder (pid, host, command, start time). A second writer is refused with a :class:`UserError` naming the holder's pid
 and command. A lock file whose holder is gone (the flock is free but the file still names a pid: a killed run) is
-taken over, with a note naming that pid. The file is removed when the lock is released.
+taken over, with a note naming that pid. The file is removed when the lock is released. Where the file system
+refuses flock (Lustre mounted without ``flock``), the pid the file names decides: a live one on this host (or any on
+another host) holds it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,27 @@ def _holder_text(raw: str) -> tuple[str, dict]:
     return text + ")", info
 
 
+_NO_FLOCK = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP)
+"""flock refused by the file system (Lustre without the flock mount option): the holder's pid is checked instead."""
+
+
+def _alive_holder(raw: str) -> bool:
+    """True when the lock file names a live process on this host (or a process on another host: not checkable)."""
+    _, info = _holder_text(raw)
+    pid = info.get("pid")
+    if not isinstance(pid, int):
+        return False
+    if info.get("host") not in (None, socket.gethostname()):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _read(fd: int) -> str:
     os.lseek(fd, 0, os.SEEK_SET)
     chunks = []
@@ -76,8 +99,10 @@ def output_lock(output: str | Path, what: str, note: Callable[[str], None] | Non
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             raw = _read(fd)
+            if exc.errno in _NO_FLOCK and not _alive_holder(raw):  # a file system without flock: the pid decides
+                break
             os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES, *_NO_FLOCK):
                 raise
             holder, _ = _holder_text(raw)
             raise OutputLockedError(
