@@ -210,16 +210,35 @@ def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
     return len(lines)
 
 
+STAGING_PREFIX = ".traces-staging-"
+"""The folder inside ``--out`` where a run builds its trace files before swapping them in."""
+
+
 def write_traces(out_dir: Path, files: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
     """Write each file as ``<out_dir>/<name>.jsonl``; returns the line count per file name.
 
-    A trace file of the known names (``TRACE_FILES``) that this run does not write, left by an earlier
-    run in ``out_dir``, is removed, so ``out_dir`` holds exactly this run's traces. Other files are kept.
+    Complete or absent (docs/trust.md): every file is first written in full to a staging folder inside ``out_dir``,
+    then each is renamed into place (a rename needs no space), so a full disk or a kill while writing leaves the
+    earlier traces as they were, never a mix of new and old files. A trace file of the known names
+    (``TRACE_FILES``) that this run does not write, left by an earlier run in ``out_dir``, is removed, so
+    ``out_dir`` holds exactly this run's traces. Other files are kept.
     """
+    import shutil
+    import tempfile
+
     names: list[str] = list(TRAIN_FILES) if files.keys() & set(TRAIN_FILES) else []
     if BENCHMARK_FILE in files:
         names.append(BENCHMARK_FILE)
-    counts = {name: write_jsonl(out_dir / f"{name}.jsonl", files.get(name, [])) for name in names}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob(f"{STAGING_PREFIX}*"):  # a staging folder a killed run left
+        shutil.rmtree(old, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
+    try:
+        counts = {name: write_jsonl(staging / f"{name}.jsonl", files.get(name, [])) for name in names}
+        for name in names:  # every file is complete: swap them in
+            (staging / f"{name}.jsonl").replace(out_dir / f"{name}.jsonl")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     for name in TRACE_FILES:
         stale = out_dir / f"{name}.jsonl"
         if name not in counts and stale.is_file():

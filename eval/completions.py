@@ -68,16 +68,19 @@ def load_completions(path: str | Path) -> dict[Key, Completion]:
     if not path.exists():
         return {}
     raw = path.read_bytes()
-    try:
-        data = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = raw[:exc.start].count(b"\n") + 1
-        raise InputError(f"{path}: line {lineno}: not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start}); "
-                         "a completions file is UTF-8 JSON lines: remove or re-encode that line") from None
-    lines = data.split("\n")
-    complete, tail = lines[:-1], lines[-1]
+    # the half-written last line is set aside as bytes, before decoding: an interrupted append can stop inside a
+    # multi-byte character, which is no reason to refuse the complete lines before it
+    cut = raw.rfind(b"\n") + 1
+    body, tail = raw[:cut], raw[cut:]
     if tail.strip():
         log.warning("%s: ignoring a half-written last line (interrupted run)", path)
+    try:
+        data = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = body[:exc.start].count(b"\n") + 1
+        raise InputError(f"{path}: line {lineno}: not valid UTF-8 (byte {body[exc.start]:#04x} at offset {exc.start}); "
+                         "a completions file is UTF-8 JSON lines: remove or re-encode that line") from None
+    complete = data.split("\n")[:-1]
     out: dict[Key, Completion] = {}
     repeats: list[tuple[int, Key]] = []
     for lineno, line in enumerate(complete, start=1):
@@ -132,8 +135,13 @@ def append_completions(path: str | Path, records: Iterable[Completion]) -> int:
     text = "".join(r.to_json() + "\n" for r in records)
     if not text:
         return 0
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:  # a full disk: name the file (a cut last line is set aside by the resume)
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     return text.count("\n")

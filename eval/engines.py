@@ -139,15 +139,15 @@ def fit_images(images: list[Any], budget: tuple[int, int] | None) -> list[Any]:
 
 
 class RequestSampler:
-    """A logits processor that draws every request's next tokens with that request's own generator.
+    """A logits processor that draws every group of rows' next tokens with that group's own generator.
 
-    One ``generate`` call holds several requests (rows grouped by request, ``draws`` rows each). Each request's
-    rows are sampled as a lone ``generate(do_sample=True)`` would sample them after ``torch.manual_seed(seed)``:
-    temperature and top-p warpers as transformers builds them, softmax, then ``torch.multinomial`` over the request's
-    rows with a generator seeded by the request's seed. The drawn token gets score 0 and every other -inf, so
-    ``generate``'s own draw (at temperature 1, no top-k or top-p: a one-hot distribution) can only pick it. A
-    request's completions therefore depend on its seed, not on which requests share its batch or where a run was
-    resumed.
+    One ``generate`` call holds several groups of ``draws`` rows each (the transformers engine passes one row per
+    sample, ``draws=1``, seeded by :attr:`eval.sample.Request.sample_seeds`). Each group's rows are sampled as a lone
+    ``generate(do_sample=True)`` would sample them after ``torch.manual_seed(seed)``: temperature and top-p warpers
+    as transformers builds them, softmax, then ``torch.multinomial`` over the group's rows with a generator seeded by
+    the group's seed. The drawn token gets score 0 and every other -inf, so ``generate``'s own draw (at temperature
+    1, no top-k or top-p: a one-hot distribution) can only pick it. A sample's completion therefore depends on its
+    seed, not on which requests share its batch or where a run was interrupted and resumed.
     """
 
     def __init__(self, seeds: Sequence[int], draws: int, temperature: float, top_p: float) -> None:
@@ -180,7 +180,7 @@ class RequestSampler:
 class TransformersEngine:
     """CPU (or single-GPU) sampling: all requests of a call in one left-padded batch, ``num_return_sequences=n``.
 
-    Sampling uses :class:`RequestSampler` (each request seeded on its own, as one request per ``generate`` call
+    Sampling uses :class:`RequestSampler` (each sample seeded on its own, as one sample per ``generate`` call
     would be); at temperature 0 it decodes greedily once and repeats that completion for every requested sample.
     Requests asking for different numbers of draws (a resumed request with fewer samples left) go in separate
     ``generate`` calls.
@@ -228,10 +228,10 @@ class TransformersEngine:
         inputs = inputs.to(self.device)
         decs = [decoding_for(config, len(r.samples)) for r in requests]
         kwargs = generate_kwargs(config, len(requests[0].samples))
-        if not decs[0].greedy:  # per-request generators; generate's own draw then sees one-hot distributions
+        if not decs[0].greedy:  # per-sample generators; generate's own draw then sees one-hot distributions
             kwargs.update(temperature=1.0, top_p=1.0, top_k=0)
             kwargs["logits_processor"] = LogitsProcessorList(
-                [RequestSampler([r.seed for r in requests], decs[0].draws, config.temperature, config.top_p)])
+                [RequestSampler([s for r in requests for s in r.sample_seeds], 1, config.temperature, config.top_p)])
         with torch.no_grad():
             out = self.model.generate(**inputs, **kwargs)
         decoded = self.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -310,16 +310,24 @@ class VLLMEngine:
     def generate(self, requests: Sequence[Request], config: SamplingConfig) -> list[list[str]]:
         from vllm import SamplingParams
 
-        prompts, params = [], []
-        for req in requests:
+        prompts, params, owner = [], [], []
+        for i, req in enumerate(requests):
             text = self.processor.apply_chat_template(_messages(req), tokenize=False, add_generation_prompt=True)
             images = fit_images(_images(req), self.budget)
             self._check_length(req, text, images, config.max_new_tokens)
-            prompts.append({"prompt": text, "multi_modal_data": {"image": images}})
-            params.append(SamplingParams(**sampling_params_kwargs(config, len(req.samples), req.seed)))
+            prompt = {"prompt": text, "multi_modal_data": {"image": images}}
+            # one prompt per sample, each with its own seed (vLLM shares the prompt's prefill between them); greedy
+            # decoding draws once
+            seeds = (req.seed,) if decoding_for(config, len(req.samples)).greedy else req.sample_seeds
+            for seed in seeds:
+                prompts.append(prompt)
+                params.append(SamplingParams(**sampling_params_kwargs(config, 1, seed)))
+                owner.append(i)
         results = self.llm.generate(prompts, params, use_tqdm=False)
-        return [_repeat([o.text for o in r.outputs], decoding_for(config, len(req.samples)))
-                for r, req in zip(results, requests, strict=True)]
+        texts: list[list[str]] = [[] for _ in requests]
+        for i, r in zip(owner, results, strict=True):
+            texts[i] += [o.text for o in r.outputs]
+        return [_repeat(t, decoding_for(config, len(req.samples))) for t, req in zip(texts, requests, strict=True)]
 
 
     def _check_length(self, req: Request, text: str, images: list[Any], max_new_tokens: int) -> None:
@@ -333,6 +341,31 @@ class VLLMEngine:
             raise ValueError(
                 f"{req.view} {req.task}: prompt ({n_text + n_images} tokens) + --max-new-tokens ({max_new_tokens}) "
                 f"exceeds vLLM's max_model_len ({self.max_model_len}); pass a larger --max-model-len")
+
+
+def check_device(device: str, engine: str = "transformers") -> str:
+    """``--device`` checked before any model loads: a torch device name this torch can use (``cpu``, ``cuda``,
+    ``cuda:N`` with a GPU present, ``mps`` where built); else a UserError naming the value and what is valid."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise UserError(f"--device {device!r}: not a torch device; use cpu, cuda or cuda:N") from None
+    if engine == "vllm" or (engine == "auto" and vllm_available()):
+        return device  # vLLM places the model itself (--tensor-parallel-size)
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {device}: this torch ({torch.__version__}) sees no CUDA GPU (a CPU-only build, "
+                            "or no GPU on this node); use --device cpu, or run on a GPU node")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise UserError(f"--device {device}: there are {torch.cuda.device_count()} CUDA device(s) here "
+                            f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"--device {device}: MPS is not available here; use --device cpu")
+    elif parsed.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"--device {device!r}: not a device the transformers engine runs on; use cpu or cuda")
+    return device
 
 
 def make_engine(name: EngineName, model_path: str | Path, *, tensor_parallel_size: int = 1, device: str = "cpu",

@@ -122,6 +122,13 @@ class Request:
     """view.png paths, or PNG bytes for scenes read from parquet."""
     samples: tuple[int, ...]
     seed: int
+    """The request's seed (:func:`request_seed`); sample ``i`` is drawn with :func:`sample_seed` of it and ``i``."""
+
+    @property
+    def sample_seeds(self) -> tuple[int, ...]:
+        """One seed per sample index still to draw: a sample depends on its own seed and index only, so a resume
+        that draws some of a request's samples gets the texts an uninterrupted run drew for them."""
+        return tuple(sample_seed(self.seed, i) for i in self.samples)
 
 
 class Engine(Protocol):
@@ -130,9 +137,15 @@ class Engine(Protocol):
     def generate(self, requests: Sequence[Request], config: SamplingConfig) -> list[list[str]]: ...
 
 
-def request_seed(base: int, view: str, task: str, first_sample: int) -> int:
-    """A 63-bit seed derived from the run seed and the request key (independent of run order and resumes)."""
-    digest = hashlib.sha256(f"{base}|{view}|{task}|{first_sample}".encode()).digest()
+def request_seed(base: int, view: str, task: str) -> int:
+    """A 63-bit seed derived from the run seed and the request's (view, task) (independent of run order and resumes)."""
+    digest = hashlib.sha256(f"{base}|{view}|{task}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def sample_seed(request: int, index: int) -> int:
+    """The 63-bit seed of sample ``index`` of a request seeded ``request``: each sample is drawn on its own."""
+    digest = hashlib.sha256(f"{request}|{index}".encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 1
 
 
@@ -159,7 +172,7 @@ def plan_requests(scenes: Sequence[View], config: SamplingConfig, done: set[Key]
                     log.warning("%s: partner view %s is absent; %s not asked", scene.view, partner_view, task)
                     continue
             requests.append(Request(scene.view, task, prompt, system, images, missing,
-                                    request_seed(config.seed, scene.view, task, missing[0])))
+                                    request_seed(config.seed, scene.view, task)))
     return requests
 
 

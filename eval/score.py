@@ -319,3 +319,16 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+RUN_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._+-")
+"""The characters of a responder (run) name: it becomes part of file names. slurm/eval.sh checks the same rule
+(``[A-Za-z0-9._+-]``, not only dots) when it plans a job, so a name scoring would refuse never gets sampled."""
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a responder name (None when it can): empty, only dots, or a character outside
+    :data:`RUN_NAME_CHARS`."""
+    if not name or name.strip(".") == "" or any(c not in RUN_NAME_CHARS for c in name):
+        return "use ASCII letters, digits and . _ + - only, not only dots (it becomes part of file names)"
+    return None

@@ -42,17 +42,30 @@ if [[ $MODEL == /* ]]; then MOUNTS+=",$MODEL:$MODEL"; fi
 siq_defaults
 : "${SPLIT:=benchmark}" "${K:=10}" "${TP:=$GPUS_PER_NODE}"
 
-# The run name: NAME, else MODEL below OUT (or MODEL as given) with '/' -> '-'.
+# The run name: NAME, else MODEL below OUT (or MODEL as given) with '/' -> '-' and any other character a run name
+# cannot hold -> '_'. Either is checked here, when the job is planned, by the rule `eval score --name` applies
+# (eval/score.py run_name_problem: ASCII letters, digits and . _ + -, not only dots).
 eval_name() {
-  local rel=$MODEL
+  local rel=$MODEL LC_ALL=C name
   if [[ -n ${NAME:-} ]]; then
     [[ $NAME != */* && $NAME != .* ]] || siq_die "NAME=$NAME: expected a folder name (no '/', not starting with '.')"
-    echo "$NAME"
-    return 0
+    name=$NAME
+  else
+    if [[ $rel == "$OUT"/* ]]; then rel=${rel#"$OUT"/}; fi
+    rel=$(tr -s / <<<"${rel#/}")
+    name=${rel//\//-}
+    name=${name//[^A-Za-z0-9._+-]/_}
   fi
-  if [[ $rel == "$OUT"/* ]]; then rel=${rel#"$OUT"/}; fi
-  rel=$(tr -s / <<<"${rel#/}")
-  echo "${rel//\//-}"
+  if [[ ! $name =~ ^[A-Za-z0-9._+-]+$ || -z ${name//./} ]]; then
+    siq_die "run name '$name': use ASCII letters, digits and . _ + - only, not only dots (\`eval score --name\`" \
+      "refuses anything else, after the sampling): set NAME"
+  fi
+  echo "$name"
+}
+
+# Plan time (before sbatch, DRY_RUN too): the run name is one scoring accepts.
+eval_check() {
+  eval_name >/dev/null
 }
 
 eval_job() {
@@ -74,4 +87,4 @@ eval_job() {
     --split "$SPLIT" --out "$dir" --name "$name"
 }
 
-siq_main eval.sh eval_job
+siq_main eval.sh eval_job eval_check

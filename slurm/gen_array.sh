@@ -16,7 +16,7 @@
 #           merge checks (docs/rendering.md). Pin one node type, e.g. SIQ_EXTRA="--constraint=h100".
 #
 # Environment: SIQ_ACCOUNT / SIQ_PARTITION (optional), SIQ_CPUS (cores per task, default 8),
-# SIQ_TIME (per task, default 04:00:00), SIQ_ENV (a script to source first, e.g. a venv activate),
+# SIQ_TIME (per task, default 04:00:00), SIQ_ENV (a POSIX sh script to source first, e.g. a venv's bin/activate),
 # SIQ_EXTRA (more sbatch options for every job, e.g. --constraint=h100), DRY_RUN=1 (print the mkdir and the
 # three sbatch commands, with PLAN_JOB / ARRAY_JOB for the job ids, and create or submit nothing).
 set -euo pipefail
@@ -52,7 +52,11 @@ for ((i = 0; i < ${#extra[@]}; i++)); do
       die "$name: set by this script (OUT STRUCTURES SEED SPLIT NUM_SHARDS; --workers is SIQ_CPUS); leave it out";;
   esac
 done
-setup=${SIQ_ENV:+source "$SIQ_ENV" && }
+# Slurm runs each --wrap command with /bin/sh (dash on Debian/Ubuntu): the wraps are POSIX sh, with every value in
+# POSIX single quotes (sq), never bash's $'...' (printf %q) nor `source`.
+sq() { local s=${1//\'/\'\\\'\'}; printf "'%s'" "$s"; }
+setup=
+if [[ -n ${SIQ_ENV:-} ]]; then setup=". $(sq "$SIQ_ENV") && "; fi
 
 common=(--parsable --cpus-per-task="$cpus" --time="${SIQ_TIME:-04:00:00}" --output="$out/slurm/%x-%A_%a.log")
 [[ -n ${SIQ_ACCOUNT:-} ]] && common+=(--account="$SIQ_ACCOUNT")
@@ -74,7 +78,8 @@ submit() {
 run mkdir -p "$out/slurm"
 
 args=(--out "$out" --structures "$structures" --seed "$seed" --split "$split" --num-shards "$shards" --quiet)
-quoted=$(printf ' %q' "${args[@]}" "${extra[@]}")
+quoted=
+for a in "${args[@]}" "${extra[@]}"; do quoted+=" $(sq "$a")"; done
 
 submit PLAN_JOB "${common[@]}" --job-name=siq-plan \
   --wrap="${setup}spatialiq gen${quoted} --workers $cpus --plan-only"
@@ -83,7 +88,7 @@ submit ARRAY_JOB "${common[@]}" --job-name=siq-gen --dependency="afterok:$plan" 
   --wrap="${setup}spatialiq gen${quoted} --workers $cpus --shard \$SLURM_ARRAY_TASK_ID"
 array=$job
 submit MERGE_JOB "${common[@]}" --job-name=siq-merge --cpus-per-task=1 --dependency="afterok:$array" \
-  --wrap="${setup}spatialiq gen-merge --out $(printf '%q' "$out")"
+  --wrap="${setup}spatialiq gen-merge --out $(sq "$out")"
 merge=$job
 if [[ $dry == 1 ]]; then
   echo "# DRY_RUN=1: nothing created or submitted"

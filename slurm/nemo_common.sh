@@ -27,7 +27,8 @@
 #              which are always mounted at the same paths
 #   WANDB_MODE offline (default) or online; HF_TOKEN, WANDB_API_KEY pass through when set
 #   DEPENDENCY sbatch dependency, default singleton (one job per name at a time); e.g. afterok:123,singleton
-#   EXTRA_SETS extra recipe overrides for the training scripts, space-separated KEY=VALUE (e.g. rl.optimizer.max_steps=2)
+#   EXTRA_SETS extra recipe overrides for the training scripts, space-separated KEY=VALUE (e.g. rl.optimizer.max_steps=2),
+#              or one per line when a value holds spaces; each reaches --set as written (no globbing)
 #   DRY_RUN=1  check the settings (training scripts: NODES, GPUS_PER_NODE, PHASE and RECIPE through
 #              `spatialiq recipes nemo-rl` itself, run with SIQ_PYTHON, default python3, into a temporary file),
 #              print the container environment and mounts and every command (sbatch, srun, container, driver),
@@ -310,8 +311,10 @@ siq_train_sets() {
   SIQ_SETS=(--set "data.traces_dir=${TRACES_DIR:-$DATA/traces/$TRACES}" --set "data.data_root=${DATASET:-$DATA/scenes}"
     --set "run.output_dir=$OUT")
   if [[ ${PHASE:?} == rl && ${INIT_FROM:-none} != none ]]; then SIQ_SETS+=(--set "rl.init_from=$INIT_FROM"); fi
-  local extra
-  for extra in ${EXTRA_SETS:-}; do SIQ_SETS+=(--set "$extra"); done
+  # EXTRA_SETS: space-separated KEY=VALUE, or one per line when a value holds spaces; never globbed
+  local extra sets=()
+  if [[ ${EXTRA_SETS:-} == *$'\n'* ]]; then mapfile -t sets <<<"$EXTRA_SETS"; else read -r -a sets <<<"${EXTRA_SETS:-}"; fi
+  for extra in "${sets[@]}"; do [[ -z $extra ]] || SIQ_SETS+=(--set "$extra"); done
 }
 
 # NODES, GPUS_PER_NODE, PHASE and RECIPE go through `spatialiq recipes nemo-rl` itself (the job's first step), with

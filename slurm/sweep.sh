@@ -28,12 +28,15 @@ if [[ -n ${SLURM_ARRAY_TASK_ID:-} ]]; then  # inside one array task: run its var
   exec spatialiq sweep run "$sweep" --only "${names[$SLURM_ARRAY_TASK_ID]}"
 fi
 
-setup=${SIQ_ENV:+. $(printf '%q' "$SIQ_ENV") && }
+# Slurm runs --wrap with /bin/sh (dash on Debian/Ubuntu): POSIX single quotes (sq), never bash's $'...' (printf %q).
+sq() { local s=${1//\'/\'\\\'\'}; printf "'%s'" "$s"; }
+setup=
+if [[ -n ${SIQ_ENV:-} ]]; then setup=". $(sq "$SIQ_ENV") && "; fi
 opts=(--parsable --job-name=siq-sweep --array="0-$((${#names[@]} - 1))" --gpus="${SIQ_GPUS:-1}"
   --cpus-per-task="${SIQ_CPUS:-16}" --time="${SIQ_TIME:-24:00:00}" --output="$sweep/slurm/%x-%A_%a.log")
 [[ -n ${SIQ_ACCOUNT:-} ]] && opts+=(--account="$SIQ_ACCOUNT")
 [[ -n ${SIQ_PARTITION:-} ]] && opts+=(--partition="$SIQ_PARTITION")
-wrap="${setup}$(printf '%q ' "$0" "$sweep")"
+wrap="${setup}$(sq "$0") $(sq "$sweep")"
 
 if [[ -n ${DRY_RUN:-} && ${DRY_RUN} != 0 ]]; then
   printf 'sbatch'

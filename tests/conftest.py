@@ -1,4 +1,5 @@
-"""Shared test setup: one torch thread, the shared/ folder beside the project."""
+"""Shared test setup: one torch thread, the shared/ folder beside the project, and (main suite) the CI skip rule
+of tests/allowed_skips.py."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ main suite, which then does not collect ``tests/engines/`` (those tests need the
 collect_ignore = [] if ENGINE_STAGE else ["engines"]
 """Ignored as a whole folder, so that its conftest.py is not loaded either: loading it puts tests/engines on
 ``sys.path``, where the folder ``vllm/`` would pass for the vLLM package (TRL then fails to read its version)."""
+
+if not ENGINE_STAGE:  # the main suite's skip rule: under CI only the skips tests/allowed_skips.py lists
+    from allowed_skips import (  # noqa: F401 - pytest hooks, found by name in this module
+        pytest_collectreport,
+        pytest_runtest_logreport,
+        pytest_sessionfinish,
+        pytest_terminal_summary,
+    )
 
 SHARED_DIR = Path(__file__).resolve().parents[2] / "shared"
 """The shared/ folder beside the project root (docs, fixtures); absent on some machines."""

@@ -82,27 +82,72 @@ def test_sampled_equal_a_lone_generate_call_seeded_globally(engine) -> None:  # 
         text = engine.processor.apply_chat_template(_messages(req), tokenize=False, add_generation_prompt=True)
         images = fit_images(_images(req), pixel_budget(engine.processor))
         inputs = engine.processor(text=[text], images=images, return_tensors="pt")
-        torch.manual_seed(req.seed)
-        with torch.no_grad():
-            out = engine.model.generate(**inputs, **generate_kwargs(config, len(req.samples)))
-        want.append(engine.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True))
+        texts = []
+        for seed in req.sample_seeds:  # each sample alone, seeded with its own seed
+            torch.manual_seed(seed)
+            with torch.no_grad():
+                out = engine.model.generate(**inputs, **generate_kwargs(config, 1))
+            texts += engine.processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        want.append(texts)
     assert engine.generate(requests, config) == want
 
 
-def test_a_resumed_request_keeps_its_samples(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """run_sampling resumes by sample index; the request for the missing indices is seeded by the first of them,
-    so an interrupted and resumed run writes what an uninterrupted one writes."""
+def _scenes(tmp_path: Path) -> list:
     from PIL import Image
 
-    from eval.completions import load_completions
-    from eval.sample import run_sampling
     from eval.scenes import find_scenes
     from tests.test_eval_pipeline import make_dataset
 
     data = make_dataset(tmp_path / "data", structures=1)
     for i, gt in enumerate(sorted((data / "benchmark").rglob("gt.json"))):
         Image.new("RGB", (64 + 8 * (i % 3), 64), (40 * i % 256, 80, 120)).save(gt.parent / "view.png")
-    scenes = find_scenes(data)[:5]
+    return find_scenes(data)[:5]
+
+
+def test_a_resume_after_a_cut_line_writes_what_an_uninterrupted_run_writes(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Interrupted at any byte of the file (an append cut off inside a request's samples, inside a line, inside a
+    multi-byte character) and resumed, the file holds the texts of the uninterrupted run: each sample depends only
+    on its seed and index (issue 39, case 5)."""
+    from eval.completions import load_completions
+    from eval.sample import run_sampling
+
+    scenes = _scenes(tmp_path)[:3]
+    config = SamplingConfig(k=3, max_new_tokens=6, batch_size=2)
+    whole = tmp_path / "whole.jsonl"
+    run_sampling(scenes, engine, config, whole)
+    want = {k: v.text for k, v in load_completions(whole).items()}
+    raw = whole.read_bytes()
+    ends = [i + 1 for i, b in enumerate(raw) if b == ord("\n")]
+    cuts = {ends[0] + 5, ends[1] - 3, ends[3] + 1, ends[4] + len(raw[ends[4]:ends[5]]) // 2}  # inside requests
+    for cut in sorted(cuts):
+        part = tmp_path / f"part-{cut}.jsonl"
+        part.write_bytes(raw[:cut])
+        run_sampling(scenes, engine, config, part)
+        assert {k: v.text for k, v in load_completions(part).items()} == want, f"cut at byte {cut}"
+
+
+def test_a_last_line_cut_inside_a_multibyte_character_is_set_aside(tmp_path: Path) -> None:
+    """The cut last line is set aside as bytes before decoding; a bad byte in a complete line is still refused."""
+    from eval.completions import Completion, load_completions
+    from spatialiq_train.core.errors import InputError
+
+    done = Completion("v1", "task_main", 0, "Zähle die Würfel: 4").to_json() + "\n"
+    cut = Completion("v1", "task_main", 1, "Würfel").to_json().encode()
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(done.encode() + cut[:cut.index("ü".encode()) + 1])  # stops after the first byte of 'ü'
+    assert list(load_completions(path)) == [("v1", "task_main", 0)]
+    path.write_bytes(b'{"view": "v1", "task": "task_main", "sample": 0, "text": "\xc3"}\n' + done.encode())
+    with pytest.raises(InputError, match="line 1: not valid UTF-8"):
+        load_completions(path)
+
+
+def test_a_resumed_request_keeps_its_samples(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """run_sampling resumes by sample index; every sample is seeded by its own index, so an interrupted and resumed
+    run writes what an uninterrupted one writes."""
+    from eval.completions import load_completions
+    from eval.sample import run_sampling
+
+    scenes = _scenes(tmp_path)
     config = SamplingConfig(k=2, max_new_tokens=6, batch_size=3)
     whole = tmp_path / "whole.jsonl"
     run_sampling(scenes, engine, config, whole)

@@ -21,7 +21,7 @@ from spatialiq_train.cli import reward as reward_cli
 from spatialiq_train.cli import sweep as sweep_cli
 from spatialiq_train.cli import traces as traces_cli
 from spatialiq_train.cli import train as train_cli
-from spatialiq_train.cli.steps import VERBOSE_KEY
+from spatialiq_train.cli.steps import VERBOSE_KEY, interrupt_note
 from spatialiq_train.core.errors import describe_error
 
 
@@ -30,7 +30,8 @@ class _Commands(TyperGroup):
 
     What is rendered and with which code is decided by :func:`spatialiq_train.core.errors.describe_error`
     (UserError and subclasses, OSError as a sentence, other ValueError/KeyError); under ``--verbose``
-    the exception propagates with its traceback. Anything else (a bug) always keeps its traceback.
+    the exception propagates with its traceback. Anything else (a bug) always keeps its traceback. Ctrl-C prints what
+    the command kept and how to resume (:func:`spatialiq_train.cli.steps.on_interrupt`) and exits 130.
     """
 
     def invoke(self, ctx: typer.Context) -> Any:
@@ -38,6 +39,9 @@ class _Commands(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):  # exit codes and click's own usage errors
             raise
+        except KeyboardInterrupt:  # Ctrl-C: say what was kept and how to resume, exit 130 as a shell would
+            typer.echo(f"interrupted: {interrupt_note()}", err=True)
+            raise typer.Exit(code=130) from None
         except Exception as exc:
             described = describe_error(exc)
             if described is None or ctx.meta.get(VERBOSE_KEY):

@@ -71,31 +71,52 @@ def sample(
     """Draw k completions per benchmark scene; an interrupted run continues where it stopped."""
     from pydantic import ValidationError
 
-    from eval.engines import VLLMEngine, default_max_model_len, make_engine
-    from eval.provenance import dataset_record, write_provenance
-    from eval.sample import PARTNER_STEP, SamplingConfig, run_sampling
+    from eval.engines import check_device
+    from eval.sample import SamplingConfig
     from eval.scenes import find_scenes
     from spatialiq_train.cli.options import option_errors
     from spatialiq_train.core.errors import UserError
     from spatialiq_train.core.io import check_model_source
+    from spatialiq_train.core.lock import output_lock
 
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1 (sample the first N scenes), got {limit}; leave it out for all")
+    if tasks is not None and mode != "independent":
+        raise UserError(f"--tasks {tasks!r}: only --mode independent asks sub-tasks one by one; --mode {mode} asks "
+                        "task_main and parses the sub-task answers from the chain of thought (leave --tasks out)")
+    check_device(device, engine)  # before a model loads
     try:
         config = SamplingConfig(mode=mode, k=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                 dialect=dialect, cot_system_prompt=cot_system_prompt, seed=seed,
-                                tasks=tasks.split(",") if tasks else None, batch_size=batch_size or 1)
+                                tasks=tasks.split(",") if tasks else None,
+                                **({} if batch_size is None else {"batch_size": batch_size}))
     except ValidationError as exc:
         raise UserError(option_errors(exc)) from None
     config.task_prompts()  # every prompt up front: a task the dialect lacks fails here, not mid-run
     scenes = (every := find_scenes(data, split))[:limit]
     check_model_source(model, "--model")
+    with output_lock(out, "--out"):  # one writer per completions file (docs/trust.md)
+        _sample_locked(model, data, split, out, config, every, scenes, engine, tensor_parallel_size, device,
+                       max_model_len, max_new_tokens, enforce_eager, batch_size)
+
+
+def _sample_locked(model: Path, data: Path, split: str, out: Path, config, every: list, scenes: list,  # noqa: ANN001
+                   engine: str, tensor_parallel_size: int, device: str, max_model_len: int | None,
+                   max_new_tokens: int, enforce_eager: bool, batch_size: int | None) -> None:
+    """`eval sample` once it holds the lock of --out: the checks against the file, the engine, the sampling."""
+    from eval.engines import VLLMEngine, default_max_model_len, make_engine
+    from eval.provenance import dataset_record, write_provenance
+    from eval.sample import PARTNER_STEP, run_sampling
+    from spatialiq_train.cli.steps import on_interrupt
+
     record = _check_model_data_and_out(model, config, out, dataset_record(data, split, every), scenes)
     max_images = 2 if set(config.task_list()) & PARTNER_STEP.keys() else 1
     gen_engine = make_engine(engine, model, tensor_parallel_size=tensor_parallel_size, device=device,
                              max_model_len=max_model_len or default_max_model_len(max_new_tokens),
                              max_images=max_images, enforce_eager=enforce_eager)
     write_provenance(out, record)  # every check passed and the engine loaded: only now is anything written
+    on_interrupt(f"every completion of a finished batch is kept in {out} (a cut last line is set aside); rerun "
+                 "the same command to draw the rest: the texts equal those of an uninterrupted run")
     if batch_size is None:
         config = config.model_copy(update={"batch_size": 256 if isinstance(gen_engine, VLLMEngine) else 4})
     report = run_sampling(scenes, gen_engine, config, out,
@@ -152,8 +173,10 @@ def _check_score_options(mode: str | None, parse: str, k: int | None, min_covera
         raise UserError(f"--min-coverage must be a share between 0 and 1, got {min_coverage}")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1 (score the first N scenes), got {limit}; leave it out for all")
-    if not name or name.strip(".") == "" or any(not (c.isalnum() or c in "._+-") for c in name):
-        raise UserError(f"--name {name!r}: use letters, digits and . _ + - only (it becomes part of file names)")
+    from eval.score import run_name_problem
+
+    if (problem := run_name_problem(name)) is not None:
+        raise UserError(f"--name {name!r}: {problem}")
 
 
 @eval_app.command("score")

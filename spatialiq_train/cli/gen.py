@@ -57,7 +57,8 @@ def gen(
                         render_variant=render_variant, parts=part_counts)
     except ValidationError as exc:
         raise UserError(option_errors(exc)) from None
-    manifest = run(cfg, progress=not quiet, plan_only=plan_only)
+    with _gen_locks(cfg, plan_only):  # one writer per shard (docs/trust.md)
+        manifest = run(cfg, progress=not quiet, plan_only=plan_only)
     if plan_only:
         typer.echo(f"plan written: {out / 'plan.json'}")
     elif manifest is not None:
@@ -65,6 +66,36 @@ def gen(
         typer.echo(f"{c['structures']} structures, {c['views']} views, {len(manifest['shards'])} shard(s) in {out}")
     else:
         typer.echo(f"shard {shard} of {cfg.shard_count} complete; once all are, run: spatialiq gen-merge --out {out}")
+
+
+def _gen_locks(cfg, plan_only: bool):  # noqa: ANN001, ANN202
+    """The locks of what this `gen` writes: the plan, its one shard (a Slurm array task), or every shard (a whole
+    run); a second writer of any of them is refused naming the first."""
+    import contextlib
+
+    from spatialiq_train.cli.steps import on_interrupt
+    from spatialiq_train.core.lock import output_lock
+
+    out = Path(cfg.out)
+    stack = contextlib.ExitStack()
+    if plan_only:
+        stack.enter_context(output_lock(out / "plan.json", "--out"))
+        return stack
+    on_interrupt(f"every finished structure and shard under {out} is kept (each file written aside and renamed); "
+                 "rerun the same command to resume")
+    for shard in ([cfg.shard] if cfg.shard is not None else range(cfg.shard_count)):
+        stack.enter_context(output_lock(out / f"shard-{shard:05d}", f"--out {out} shard {shard}:"))
+    return stack
+
+
+def gen_merge(out: Path = typer.Option(..., "--out", help="Dataset directory of a sharded (Slurm array) run.")) -> None:
+    """Verify every shard's recorded sha256 and write OUT/manifest.json."""
+    from data_gen.shards import merge
+    from spatialiq_train.core.lock import output_lock
+
+    with output_lock(out / "manifest.json", "--out"):
+        manifest = merge(out)
+    typer.echo(f"manifest written: {manifest['counts']['structures']} structures, {len(manifest['shards'])} shard(s)")
 
 
 def _parts(text: str) -> dict[str, int]:
@@ -103,12 +134,6 @@ def _verify(out: Path) -> None:
                         "the same arguments to repair", exit_code=EXIT_FAILURE)
 
 
-def gen_merge(out: Path = typer.Option(..., "--out", help="Dataset directory of a sharded (Slurm array) run.")) -> None:
-    """Verify every shard's recorded sha256 and write OUT/manifest.json."""
-    from data_gen.shards import merge
-
-    manifest = merge(out)
-    typer.echo(f"manifest written: {manifest['counts']['structures']} structures, {len(manifest['shards'])} shard(s)")
 
 
 def check_splits(dirs: list[Path] = typer.Argument(..., help="Generated dataset directories.")) -> None:

@@ -46,8 +46,12 @@ def release(
     else:
         if run is None or out is None:
             raise UserError("spatialiq release needs --run RUN and --out DIR (or --verify DIR)")
-        folder = do_release(run, out, metrics=metrics, data_root=data, license=license, datasets=tuple(dataset),
-                            name=name, overwrite=overwrite, allow_other_weights=allow_other_weights)
+        from spatialiq_train.core.lock import output_lock
+
+        with output_lock(out, "--out"):  # one writer per release folder (docs/trust.md)
+            folder = do_release(run, out, metrics=metrics, data_root=data, license=license,
+                                datasets=tuple(dataset), name=name, overwrite=overwrite,
+                                allow_other_weights=allow_other_weights)
         notes = []
         _report(folder, verify_release(folder, notes), notes)
     if push:

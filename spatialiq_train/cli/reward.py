@@ -37,6 +37,7 @@ def score(
     """Print each component of the reward and, as the last line, the total alone."""
     from reward import components_of, error_counts, reset_errors, resolve_reward
     from spatialiq_train.core.io import read_json
+    from spatialiq_train.core.truth import validate_gt
 
     text = sys.stdin.read() if completion == "-" else completion
     columns: dict[str, list[Any]] = {}
@@ -44,11 +45,17 @@ def score(
         data = read_json(gt)
         if not isinstance(data, dict):
             raise UserError(f"--gt {gt}: expected a JSON object of ground-truth fields, got {type(data).__name__}")
+        if answer is None and "task_main" not in data:
+            raise UserError(f"--gt {gt}: no task_main field; give --answer N, or a gt.json with task_main")
+        # checked where it enters: integer fields integers (not "x" or 12.7), relations holding
+        validate_gt(data, f"--gt {gt}", required=("task_main",) if answer is None else ())
         columns = {k: [v] for k, v in data.items()}
         if answer is None:
             answer = data.get("task_main")
     if answer is None:
         raise UserError("--answer: give --answer N (or --gt with a task_main field)")
+    if answer < 0:
+        raise UserError(f"--answer {answer}: a ground-truth block count is a whole number >= 0")
     columns["answer"] = [answer]
     try:
         fn = resolve_reward(_parse_spec(reward))

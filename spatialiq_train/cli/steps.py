@@ -10,6 +10,19 @@ import typer
 
 VERBOSE_KEY = "spatialiq.verbose"
 """``ctx.meta`` key the root callback sets from ``--verbose`` (the context's meta is shared by subcommands)."""
+DEFAULT_INTERRUPT = ("nothing half-written was left: each output is written aside and moved into place, or kept "
+                     "as far as it was complete; rerun the same command to do the rest")
+_interrupt_note: list[str] = []
+
+
+def on_interrupt(text: str) -> None:
+    """Say what an interrupted run of the current command keeps and how to resume (printed on SIGINT, exit 130)."""
+    _interrupt_note[:] = [text]
+
+
+def interrupt_note() -> str:
+    """What the running command said it keeps (:func:`on_interrupt`), else :data:`DEFAULT_INTERRUPT`."""
+    return _interrupt_note[0] if _interrupt_note else DEFAULT_INTERRUPT
 
 
 def run_step(ctx: typer.Context, args: list[str], verbose: bool = False) -> int:

@@ -32,8 +32,9 @@ def traces(
     ),
 ) -> None:
     """Write chat-format trace JSONL files, partitioned by structure."""
-    from data_gen.traces import ImageExtractor, build_traces, check_options, load_views, write_traces
+    from data_gen.traces import check_options
     from spatialiq_train.core.errors import UserError
+    from spatialiq_train.core.lock import output_lock
     from spatialiq_train.core.tasks import DIALECTS
 
     if dialect not in DIALECTS:
@@ -41,6 +42,15 @@ def traces(
     task_ids = [t.strip() for t in tasks.split(",") if t.strip()]
     check_options(kind, task_ids, mask_final_answer)  # option mistakes first, before reading the dataset
     _check_out_kind(out, kind)
+    with output_lock(out, "--out"):  # one writer per trace folder (docs/trust.md)
+        _traces_locked(data, out, kind, mask_final_answer, task_ids, split, dialect, require_images)
+
+
+def _traces_locked(data: Path, out: Path, kind: str, mask_final_answer: str | None, task_ids: list[str],
+                   split: str | None, dialect: str, require_images: bool) -> None:
+    from data_gen.traces import ImageExtractor, build_traces, load_views, write_traces
+    from spatialiq_train.core.errors import UserError
+
     # Parquet-only datasets: the embedded PNGs go to OUT/images (the image root the traces need for training),
     # written as the shards are read for the views, so the shards are read once.
     images = ImageExtractor(data, out / "images")

@@ -33,13 +33,24 @@ def _out(recipe, out: Path | None, leaf: str) -> Path:  # noqa: ANN001
     return out if out is not None else Path(recipe.run.output_dir) / leaf
 
 
+def _writing(run_dir: Path):  # noqa: ANN202
+    """The lock of a run folder (one writer per output, docs/trust.md), and what Ctrl-C keeps."""
+    from spatialiq_train.cli.steps import on_interrupt
+    from spatialiq_train.core.lock import output_lock
+
+    on_interrupt(f"the complete checkpoints under {run_dir} are kept (one cut off mid-save is set aside at the next "
+                 "run); rerun the same command to resume from the newest complete one")
+    return output_lock(run_dir, "run folder")
+
+
 def sft_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES,
             extend: bool = EXTEND) -> None:
     """Supervised fine-tuning (SFT-plain or SFT-CoT) on the recipe's data.sft_split; loss on assistant tokens."""
     from spatialiq_train.train.sft import run_sft
 
     rec = load_checked(recipe, overrides)
-    final = run_sft(rec, _out(rec, out, "sft"), extend=extend)
+    with _writing(run_dir := _out(rec, out, "sft")):
+        final = run_sft(rec, run_dir, extend=extend)
     typer.echo(f"SFT finished: {final}")
 
 
@@ -62,7 +73,8 @@ def rl_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] |
     if rec.rl.init_from is None and not rec.model.tiny:
         typer.echo("note: rl.init_from is not set; starting from (and anchoring to) model.name_or_path", err=True)
     rl_dir = _out(rec, out, "rl")
-    final = run_rl(rec, rl_dir, extend=extend, frozen=control)
+    with _writing(rl_dir):
+        final = run_rl(rec, rl_dir, extend=extend, frozen=control)
     typer.echo(f"RL {'control ' if control else ''}finished: {final}")
     if not control:
         _learned_nothing_note(rec, rl_dir)
@@ -75,7 +87,8 @@ def dapo_tight_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: lis
 
     rec = load_checked(recipe, overrides)
     run_dir = out if out is not None else Path(rec.run.output_dir)
-    final = run_dapo_tight(rec, run_dir, extend=extend)
+    with _writing(run_dir):
+        final = run_dapo_tight(rec, run_dir, extend=extend)
     typer.echo(f"DAPO-tight finished: {final}")
     _learned_nothing_note(rec, run_dir / "rl")
 

@@ -230,8 +230,8 @@ def iter_views(
     Each view's truth passes :func:`validate_gt` (types, required fields, the relations of benchmark-spec 4.3) and
     :data:`~spatialiq_train.core.truth.CONSTANT_FIELDS` agree across a structure's views. Where ``spatialiq gen``
     recorded sha256s (``shards/*.done.json``), the bytes read must be the recorded ones: every recorded ``gt.json``
-    below the folder read (one that is gone counts), or every parquet shard read when the dataset holds only the
-    shards; a mismatch is a GroundTruthError naming the file.
+    below the folder read (one that is gone counts) and each leaf's recorded ``view.png``, or every parquet shard
+    read when the dataset holds only the shards; a mismatch is a GroundTruthError naming the file.
 
     ``split=None`` reads the whole root, each view labelled with its split folder (None in the released layout).
     A ``split`` reads ``root/split``, or ``root`` itself when it holds no split folder at all (the released
@@ -251,7 +251,8 @@ def iter_views(
     base = _folder_base(root, split)
     leaves = _leaf_gt_files(root, base) if base is not None else []
     if leaves and base is not None:  # the records first: an edited file is named as such before it is judged
-        read = (p.relative_to(root).as_posix() for p in leaves)
+        # truth and picture: each leaf's gt.json and view.png (the images are checked before any work starts)
+        read = (p.relative_to(root).as_posix() for leaf in leaves for p in (leaf, leaf.parent / IMAGE_FILE))
         refuse_mismatches(root, recorded_mismatches(root, read, recorded, base.relative_to(root).as_posix()))
         views = _folder_views(root, leaves, split, required)
     else:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from spatialiq_train.core.dataset import REWARD_FIELDS
 from spatialiq_train.core.errors import InputError
 from spatialiq_train.core.io import loads_json, resolve_inside
+from spatialiq_train.core.truth import refuse_damaged_files
 
 log = logging.getLogger(__name__)
 
@@ -149,4 +150,6 @@ def load_examples(
         log.info("%s: %d rows without an integer answer are not RL prompts; skipped", path, len(rows) - len(examples))
     if not examples:
         raise TraceError(f"{path}: no rows usable for {mode} (RL needs rows with an integer 'answer')")
+    # checked on read: every image against the sha256 `spatialiq gen` recorded under data_root, before training
+    refuse_damaged_files(data_root, {str(im) for ex in examples for im in ex.get("images") or ()})
     return examples

@@ -210,10 +210,34 @@ def refuse_mismatches(root: Path, bad: list[Mismatch]) -> None:
     if not bad:
         return
     more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    image = bad[0].path.endswith(".png")
+    harm = ("the model would be shown a damaged or different picture (a truncated or replaced file)" if image
+            else "its ground truth would be wrong")
     raise GroundTruthError(f"{root}: {bad[0].path} does not match the sha256 recorded when it was generated "
-                           f"(expected {bad[0].expected}, found {bad[0].found}){more}; its ground truth would be "
-                           f"wrong: `spatialiq gen --verify --out {root}` lists them, a `spatialiq gen` rerun with "
-                           "the same arguments repairs them")
+                           f"(expected {bad[0].expected}, found {bad[0].found}){more}; {harm}: `spatialiq gen "
+                           f"--verify --out {root}` lists them, a `spatialiq gen` rerun with the same arguments "
+                           "repairs them")
+
+
+def refuse_damaged_files(root: str | Path, paths: Iterable[str | Path]) -> int:
+    """Refuse (GroundTruthError naming the first) any of ``paths`` (absolute, or relative to ``root``) whose bytes
+    differ from the sha256 ``spatialiq gen`` recorded for it under ``root``; files without a record pass. Returns
+    how many were checked. Readers call it before their work (docs/trust.md, "checked on read")."""
+    root = Path(root)
+    recorded = recorded_sha256(root)
+    if not recorded:
+        return 0
+    resolved = root.resolve()
+    rels = []
+    for path in paths:
+        p = Path(path)
+        try:
+            rels.append((p.resolve() if p.is_absolute() else (root / p).resolve()).relative_to(resolved).as_posix())
+        except ValueError:
+            continue
+    wanted = {rel: recorded[rel] for rel in rels if rel in recorded}
+    refuse_mismatches(root, file_mismatches(root, dict(sorted(wanted.items()))))
+    return len(wanted)
 
 
 def truth_digest(views: Iterable[tuple[str, Mapping[str, Any]]]) -> str:

@@ -250,6 +250,34 @@ def _generation(recipe: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"temperature": ev["temperature"], "top_p": ev["top_p"], "max_new_tokens": ev["max_new_tokens"]}
 
 
+def check_release_out(out: Path, overwrite: bool) -> None:
+    """``--out`` refused where it enters: the current folder or one holding it, and (with ``--overwrite``) an
+    existing folder that is not a release (a file a release does not list in its SHA256SUMS, or no SHA256SUMS at
+    all): replacing it would delete files that are no part of a release."""
+    from spatialiq_train.release.checksums import release_files
+
+    full, here = out.resolve(), Path.cwd().resolve()
+    if full == here or full in here.parents:
+        raise ReleaseError(f"--out {out} is the current folder{' or holds it' if full != here else ''}; a release "
+                           "is written aside and replaces --out whole: give a new folder, e.g. --out release/NAME")
+    if not out.exists():
+        return
+    if not overwrite:
+        raise ReleaseError(f"{out} exists; pick a new --out or pass --overwrite to replace it")
+    if not out.is_dir():
+        raise ReleaseError(f"--out {out} is a file, not a release folder; pick another --out")
+    sums = out / SUMS_FILE
+    listed = {line.partition("  ")[2] for line in sums.read_text(encoding="utf-8").splitlines()} \
+        if sums.is_file() else set()
+    foreign = [p.relative_to(out).as_posix() for p in release_files(out) if p.relative_to(out).as_posix() not in listed]
+    if not sums.is_file() or foreign:
+        what = f"holds {foreign[0]}, which its {SUMS_FILE} does not list" if sums.is_file() and foreign else \
+            f"has no {SUMS_FILE}"
+        raise ReleaseError(f"--out {out} {what}: it is not a release folder written by spatialiq release, and "
+                           "--overwrite would delete files that are no part of a release; pick another --out (or "
+                           "move those files away)")
+
+
 def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Path | None = None,
             license: str = "apache-2.0", datasets: tuple[str, ...] = (), name: str | None = None,
             overwrite: bool = False, allow_other_weights: bool = False) -> Path:
@@ -258,8 +286,7 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
     if out.resolve() == run.resolve() or out.resolve() in run.resolve().parents:
         raise ReleaseError(f"--out {out} is the run folder {run} or holds it; replacing it would delete the run: "
                            "pick another --out")
-    if out.exists() and not overwrite:
-        raise ReleaseError(f"{out} exists; pick a new --out or pass --overwrite to replace it")
+    check_release_out(out, overwrite)
     if data_root is not None and not (Path(data_root) / "manifest.json").is_file():
         raise ReleaseError(f"--data {data_root}: no manifest.json; give the dataset root `spatialiq gen` wrote "
                            "(or leave --data out to use the recipe's data.data_root)")

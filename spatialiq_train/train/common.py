@@ -128,16 +128,15 @@ def lora_config(recipe: Recipe) -> Any:
 
 
 def last_checkpoint(output_dir: Path) -> str | None:
-    """The newest `checkpoint-N` folder under `output_dir`, if any (to resume from)."""
-    if not output_dir.is_dir():
-        return None
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete `checkpoint-N` folder under `output_dir`, if any (`train.checkpoints`)."""
+    from spatialiq_train.train.checkpoints import last_complete_checkpoint
 
-    return get_last_checkpoint(str(output_dir))
+    found, _ = last_complete_checkpoint(output_dir)
+    return str(found) if found is not None else None
 
 
 def resume_from(trainer: Any, output_dir: Path) -> str | None:
-    """The newest checkpoint under `output_dir`, with the trainer's model weights restored from it.
+    """The newest complete checkpoint under `output_dir`, with the trainer's model weights restored from it.
 
     transformers saves checkpoints under the original (hub) parameter names and renames them when a model
     is loaded with `from_pretrained`, but `Trainer._load_from_checkpoint` reads the raw file, matches no key
@@ -146,9 +145,13 @@ def resume_from(trainer: Any, output_dir: Path) -> str | None:
     strictly, and the Trainer's own weight loading is skipped. LoRA adapters, DeepSpeed and FSDP checkpoints
     keep the Trainer's own loading.
     """
-    ckpt = last_checkpoint(output_dir)
-    if ckpt is None:
+    from spatialiq_train.train.checkpoints import last_complete_checkpoint, set_aside
+
+    found, skipped = last_complete_checkpoint(output_dir)
+    set_aside(skipped, found)  # an incomplete checkpoint (a cut-off save) is named and moved aside, never resumed
+    if found is None:
         return None
+    ckpt = str(found)
     full = any((Path(ckpt) / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json"))
     if not full or getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
         return ckpt

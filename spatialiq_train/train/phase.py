@@ -182,6 +182,7 @@ def run_phase(
     or written and `final_dir` is returned as it is. A larger budget needs `extend` (`train.completion`). Nothing
     is created before the training data has been read and checked; the record is written when training starts."""
     from spatialiq_train.train import completion, record
+    from spatialiq_train.train.checkpoints import disk_full_as_one_line
     from spatialiq_train.train.export import export_final
 
     out = Path(output_dir)
@@ -204,7 +205,8 @@ def run_phase(
         log.info("resuming %s from %s", spec.name, resume)
         common.restore_token_count(trainer, resume)
     record.write_record(out, recipe)
-    trainer.train(resume_from_checkpoint=resume)
-    exported = export_final(trainer, processor, final, out / "adapter")
+    with disk_full_as_one_line(out):
+        trainer.train(resume_from_checkpoint=resume)
+        exported = export_final(trainer, processor, final, out / "adapter")
     completion.write_marker(out, spec.name, budget, trainer.state.global_step, exported)
     return exported
