@@ -82,7 +82,7 @@ def test_sft_recipe_knobs_reach_config(tmp_path: Path) -> None:
     from spatialiq_train.train.sft import sft_config
 
     recipe = tiny_recipe(["sft.optimizer.learning_rate=0.0123", "sft.optimizer.warmup_steps=7",
-                          "sft.optimizer.per_device_train_batch_size=3", "sft.optimizer.gradient_accumulation_steps=5",
+                          "sft.optimizer.global_batch_size=15", "sft.optimizer.micro_batch_size=3",
                           "sft.max_length=4096", "sft.optimizer.lr_scheduler_type=cosine"])
     cfg = sft_config(recipe, tmp_path)
     assert (cfg.learning_rate, cfg.warmup_steps, cfg.per_device_train_batch_size) == (0.0123, 7, 3)
@@ -130,7 +130,7 @@ def test_rl_after_sft_warmup_raises_exact_match(data, tmp_path: Path) -> None:  
     root, traces = data
     recipe = tiny_recipe(["sft.optimizer.max_steps=120", "rl.optimizer.max_steps=80",
                           "rl.optimizer.learning_rate=8e-4", "rl.optimizer.warmup_steps=0",
-                          "rl.beta=0.0", "rl.num_generations=8", "rl.optimizer.per_device_train_batch_size=16",
+                          "rl.beta=0.0", "rl.num_generations=8", "rl.prompts_per_step=2",
                           "reward.weights={exact_match: 1.0}", "logging.save_steps=1000",
                           # A learning check on one random stream: since refills are drawn rank-aware
                           # (train/distributed.py), seed 0 ends at 0.66 and seeds 1, 2, 3 pass (measured).
