@@ -3,6 +3,7 @@ the TRL configs and trainers, and the RL learning check (SFT warm-up, then RL li
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,11 @@ def test_lora_sft_trains_adapters_and_exports_merged_weights(data, tmp_path: Pat
         keys = list(fh.keys())
     assert keys and not any("lora" in k for k in keys)
     assert (tmp_path / "sft" / "adapter" / "adapter_config.json").is_file()  # saved (gathered), then merged
+    plan = json.loads((tmp_path / "sft" / "plan.json").read_text())  # the batch split and settings, recorded
+    assert plan["batch"]["global_batch"] == 4 and plan["batch"]["world_size"] == 1
+    assert (plan["batch"]["micro_batch"], plan["batch"]["accumulation"]) == (4, 1)
+    assert plan["gradient_checkpointing"] == {"on": False, "source": "recipe"}
+    assert plan["liger_kernel"]["on"] is False and plan["padding_free"]["on"] is False
     model = AutoModelForImageTextToText.from_pretrained(final)
     base = AutoModelForImageTextToText.from_pretrained(tmp_path / "sft" / "base")
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in base.parameters())

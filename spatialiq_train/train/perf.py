@@ -91,7 +91,8 @@ def make_perf_callback() -> Any:
             self._reset()
 
         def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
-            self._tokens = None  # the first interval after (re)starting sets the count
+            # a fresh run starts at 0 tokens; after a resume the first logged count only sets the baseline
+            self._tokens = 0.0 if state.global_step == 0 else None
             self._reset()
 
     return PerfCallback()

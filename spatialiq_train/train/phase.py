@@ -127,14 +127,16 @@ def build_phase_trainer(
     output_dir: str | Path,
     eval_dataset: Any = None,
     callbacks: list[Any] | None = None,
+    plan: PhasePlan | None = None,
 ) -> tuple[Any, Any]:
-    """(trainer, processor) for the phase, `model_path` being the policy to start from."""
+    """(trainer, processor) for the phase, `model_path` being the policy to start from; `plan` the batch and
+    efficiency settings (default: `train.plan.gpu_phase_plan` on this machine)."""
     from spatialiq_train.core.versions import check_versions
 
     check_versions("trl", "transformers", *(("vllm",) if spec.name == "rl" else ()), "deepspeed")
     out = Path(output_dir)
     processor = common.load_processor_for(recipe, model_path)
-    plan = gpu_phase_plan(recipe, spec.name, model_path)
+    plan = plan or gpu_phase_plan(recipe, spec.name, model_path)
     log.info("%s", plan.describe())
     args = phase_config(spec, recipe, out, plan)
     all_callbacks = [*_phase_callbacks(recipe, spec.name, out), *(callbacks or [])]
