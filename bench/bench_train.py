@@ -25,8 +25,10 @@ recipes' pixel budget: 256 image tokens) or 112 px (tiny).
 Per phase: the settings chosen, seconds per optimizer step (median over the timed steps; the first step is a
 warm-up), tokens/s (TRL's `num_tokens`: prompt + completion tokens, no padding), MFU (`core.throughput`: 6 FLOPs per
 parameter per token for SFT, 8 or 10 for RL), peak memory. A phase that fails (out of memory or any error) is
-reported with its error and the other phase still runs; the JSON is always written (`--out`, default
-bench/results/train_<arch>_<recipe>.json), then a table is printed. Exit status 0 only when every phase is ok.
+reported with its error and the other phase still runs (out of memory on a GPU is first retried at half the
+micro-batch, twice at most, and the retries recorded: the memory plan is an estimate); the JSON is always written
+(`--out`, default bench/results/train_<arch>_<recipe>.json), then a table is printed. Exit status 0 only when
+every phase is ok.
 """
 
 from __future__ import annotations
@@ -114,8 +116,9 @@ def load_bench_recipe(recipe: str, steps: int, lora: bool, data: Path | None, ex
     return load_recipe(recipe, [*overrides, *extra])
 
 
-def plan(arch: str, recipe: Any, phases: list[str], gpu: bool) -> dict[str, Any]:
-    """What the run will do, without weights: parameters, token lengths, and each phase's plan (`train.plan`)."""
+def plan(arch: str, recipe: Any, phases: list[str], gpu: bool, gpu_memory_gib: float | None = None) -> dict[str, Any]:
+    """What the run will do, without weights: parameters, token lengths, and each phase's plan (`train.plan`);
+    `gpu_memory_gib` plans for a GPU of that memory (a dry run's preview on any machine)."""
     import torch
 
     from spatialiq_train.core.memory_plan import ModelShape
@@ -135,6 +138,8 @@ def plan(arch: str, recipe: Any, phases: list[str], gpu: bool) -> dict[str, Any]
     completion = recipe.generation.max_completion_length
     lengths = {"sft": image + prompt_text + target, "rl": image + prompt_text + completion}
     device_bytes = float(torch.cuda.get_device_properties(0).total_memory) if gpu else None
+    if gpu_memory_gib:
+        gpu, device_bytes = True, gpu_memory_gib * 2**30
     plans: dict[str, Any] = {}
     for phase in phases:  # a phase whose plan is refused (an uneven split, say) fails alone, in run_phase
         try:
@@ -142,9 +147,16 @@ def plan(arch: str, recipe: Any, phases: list[str], gpu: bool) -> dict[str, Any]
                                       device_bytes=device_bytes, tokens_per_sequence=lengths[phase])
         except Exception as exc:  # noqa: BLE001
             plans[phase] = exc
+    from spatialiq_train.core import throughput as tp
+
+    factors: dict[str, int | None] = {"sft": tp.flops_factor("sft"), "rl": None}
+    if not isinstance(plans.get("rl"), Exception | None):
+        b = plans["rl"].batch
+        factors["rl"] = tp.rl_flops_factor_trl(recipe.rl.beta, b.accumulation, b.steps_per_generation,
+                                               recipe.rl.num_iterations)
     return {"parameters": n_params, "view_side": side, "image_tokens": image, "prompt_text_tokens": prompt_text,
             "sft_target_tokens": target, "rl_completion_tokens": completion, "tokens_per_sequence": lengths,
-            "plans": plans}
+            "flops_factor": factors, "plans": plans}
 
 
 def _callbacks() -> tuple[Any, Any]:
@@ -229,10 +241,41 @@ def measure(phase: str, out: Path, times: list[float], n_params: int, factor: in
     return result
 
 
+def _halved(p: Any) -> Any:
+    """The plan with half the micro-batch (twice the accumulation), for a retry after running out of memory."""
+    import dataclasses
+
+    b = p.batch
+    return dataclasses.replace(p, batch=dataclasses.replace(b, micro_batch=b.micro_batch // 2,
+                                                            accumulation=b.accumulation * 2,
+                                                            micro_source="memory plan"))
+
+
 def run_phase(phase: str, recipe: Any, info: dict[str, Any], root: Path, rollouts: str, peak: float | None,
-              gpu: bool) -> dict[str, Any]:
+              gpu: bool, oom_retries: int = 2) -> dict[str, Any]:
     """Build the phase's trainer as a run does, train steps + 1 optimizer steps, measure. Any failure is
-    reported (status and error), never raised."""
+    reported (status and error), never raised. Out of memory on a GPU: retried with half the micro-batch (the
+    memory plan is an estimate), up to `oom_retries` times; the retries are recorded."""
+    p = info["plans"][phase]
+    retried: list[str] = []
+    while True:
+        result = _run_phase_once(phase, recipe, p, info, root, rollouts, peak, gpu)
+        if result["status"] != "out of memory" or not gpu or len(retried) >= oom_retries or isinstance(p, Exception) \
+                or p.batch.micro_batch < 2:
+            break
+        retried.append(f"micro-batch {p.batch.micro_batch}: {result['error']}")
+        log.warning("%s: out of memory at micro-batch %d; retrying at %d", phase, p.batch.micro_batch,
+                    p.batch.micro_batch // 2)
+        p = _halved(p)
+        import shutil
+
+        shutil.rmtree(root / phase, ignore_errors=True)
+    result["oom_retries"] = retried
+    return result
+
+
+def _run_phase_once(phase: str, recipe: Any, p: Any, info: dict[str, Any], root: Path, rollouts: str,
+                    peak: float | None, gpu: bool) -> dict[str, Any]:
     import torch
 
     from spatialiq_train.core import throughput as tp
@@ -240,7 +283,6 @@ def run_phase(phase: str, recipe: Any, info: dict[str, Any], root: Path, rollout
     from spatialiq_train.train.rl import rl_phase
     from spatialiq_train.train.sft import sft_phase
 
-    p = info["plans"][phase]
     val = (recipe.sft if phase == "sft" else recipe.rl).validation
     result: dict[str, Any] = {
         "phase": phase, "settings": None if isinstance(p, Exception) else p.record(),
@@ -325,6 +367,8 @@ def table(results: dict[str, Any]) -> str:
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines += [fmt.format(*head), fmt.format(*["-" * w for w in widths]), *(fmt.format(*row) for row in rows)]
     lines += [f"{r['phase']}: {r['error']}" for r in results["phases"] if r.get("error")]
+    lines += results.get("plan_lines", [])
+    lines += [f"error: {results['error']}"] if results.get("error") else []
     return "\n".join(lines)
 
 
@@ -341,6 +385,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="JSON results (default bench/results/train_<arch>_<recipe>.json).")
     parser.add_argument("--lora", action="store_true", help="Train LoRA adapters instead of all weights.")
     parser.add_argument("--dry-run", action="store_true", help="Print the plan (no weights built, no training).")
+    parser.add_argument("--gpu-memory-gib", type=float, default=None,
+                        help="With --dry-run: plan for a GPU of this memory (e.g. 139.8 for an H200).")
     parser.add_argument("overrides", nargs="*", help="Recipe overrides KEY.PATH=VALUE (after the fixed ones).")
     return parser.parse_args(argv)
 
@@ -376,11 +422,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
             root = Path(tmp)
             recipe = load_bench_recipe(args.recipe, args.steps, args.lora, root / "data", args.overrides)
-            info = plan(arch, recipe, phases, gpu)
+            info = plan(arch, recipe, phases, gpu, args.gpu_memory_gib if args.dry_run else None)
             results.update(parameters=info["parameters"],
                            **{k: v for k, v in info.items() if k not in ("plans", "parameters")})
             results["plans"] = {k: _error(v) if isinstance(v, Exception) else v.record()
                                 for k, v in info["plans"].items()}
+            results["plan_lines"] = [f"{k}: {_error(v)}" if isinstance(v, Exception) else v.describe()
+                                     for k, v in info["plans"].items()]
             if not args.dry_run:
                 rows = max(ROWS_PER_SPLIT, (args.steps + 1) * max(
                     recipe.sft.optimizer.global_batch_size or 1, recipe.rl.prompts_per_step or 1))
