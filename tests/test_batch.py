@@ -151,3 +151,18 @@ def test_mfu_and_peaks() -> None:
     assert row[tp.PERF_GENERATION_SHARE] == 0.25 and row[tp.PERF_PEAK_MEMORY_GB] == 12.5
     assert row[tp.PERF_MFU] == pytest.approx(8 * 1e9 * 500 / (2 * 989e12))
     assert tp.PERF_MFU not in tp.perf_row(tokens=1, seconds=1, devices=1, factor=6, parameters=1, peak=None)
+
+
+def test_a_resume_may_change_the_hardware_keys_only(tmp_path) -> None:  # noqa: ANN001
+    """Micro-batch, checkpointing and Liger fit a run to its GPUs; the record lets a resume change them, not the
+    global batch."""
+    from spatialiq_train.core.recipes import RecipeError
+    from spatialiq_train.train import record
+
+    record.write_record(tmp_path, load_recipe("dapo_tight_7b"))
+    moved = load_recipe("dapo_tight_7b", ["rl.optimizer.micro_batch_size=2", "model.liger_kernel=false",
+                                          "rl.optimizer.gradient_checkpointing=true"])
+    assert set(record.check_phase_record(tmp_path, moved, "rl", extend=False)) == {
+        "rl.optimizer.micro_batch_size", "model.liger_kernel", "rl.optimizer.gradient_checkpointing"}
+    with pytest.raises(RecipeError, match=r"rl.prompts_per_step differ"):
+        record.check_phase_record(tmp_path, load_recipe("dapo_tight_7b", ["rl.prompts_per_step=4"]), "rl", False)
