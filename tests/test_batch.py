@@ -85,6 +85,11 @@ def test_memory_plan_picks_the_largest_micro_batch_that_fits() -> None:
     assert tight.gradient_checkpointing and tight.fits
     hopeless = plan_micro_batch(shape, 64, 1300, 80e9, reference=True)  # 83 GB of state
     assert not hopeless.fits and hopeless.micro_batch == 1 and hopeless.gradient_checkpointing
+    # 32B (ZeRO-3 on 8 H200s): the state of 33.5 B parameters fits only partitioned over the 8 processes
+    b32 = ModelShape(parameters=33_500_000_000, hidden=5120, intermediate=27648, layers=64, kv_width=1024)
+    assert not plan_micro_batch(b32, 8, 1400, H200, reference=True).fits
+    sharded = plan_micro_batch(b32, 8, 1400, H200, reference=True, state_shards=8)
+    assert sharded.fits and sharded.state_gib == pytest.approx(33.5e9 * 10 / 8 / 2**30)
     with pytest.raises(ValueError, match="share >= 1"):
         plan_micro_batch(shape, 0, 10, H200)
 

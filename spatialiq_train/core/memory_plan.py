@@ -12,9 +12,10 @@ An estimate, not a measurement, made before anything is loaded, from the model's
   fewer). With gradient checkpointing only each layer's input (hidden) is kept, plus one layer's full activations
   while it is recomputed. The loss head keeps no logits (TRL computes per-token log-probabilities in tiles).
 
-The plan takes the largest micro-batch that divides the process's share of the global batch and fits under
-``usable`` x device memory without checkpointing; only when not even a micro-batch of one fits does it turn
-checkpointing on (and then again takes the largest that fits).
+Under DeepSpeed ZeRO-3 the model state is divided by the number of processes it is partitioned over (the layer
+being gathered is left out of the estimate). The plan takes the largest micro-batch that divides the process's
+share of the global batch and fits under ``usable`` x device memory without checkpointing; only when not even a
+micro-batch of one fits does it turn checkpointing on (and then again takes the largest that fits).
 """
 
 from __future__ import annotations
@@ -92,12 +93,14 @@ def plan_micro_batch(
     liger: bool = False,
     checkpointing: bool | None = None,
     usable: float = USABLE_SHARE,
+    state_shards: int = 1,
 ) -> MemoryPlan:
-    """The largest micro-batch dividing ``share`` that fits; checkpointing only when needed (or as forced)."""
-    if share < 1 or tokens_per_sequence < 1 or device_bytes <= 0:
-        raise ValueError(f"memory plan needs share >= 1, tokens >= 1, device memory > 0 (got {share}, "
-                         f"{tokens_per_sequence}, {device_bytes})")
-    state = state_bytes(shape, weight_bytes, trainable_share, reference)
+    """The largest micro-batch dividing ``share`` that fits; checkpointing only when needed (or as forced).
+    ``state_shards``: processes the model state is partitioned over (DeepSpeed ZeRO-3: the world size)."""
+    if share < 1 or tokens_per_sequence < 1 or device_bytes <= 0 or state_shards < 1:
+        raise ValueError(f"memory plan needs share >= 1, tokens >= 1, device memory > 0, shards >= 1 (got {share}, "
+                         f"{tokens_per_sequence}, {device_bytes}, {state_shards})")
+    state = state_bytes(shape, weight_bytes, trainable_share, reference) / state_shards
     budget = usable * device_bytes
     gib = 2**30
     options = [checkpointing] if checkpointing is not None else [False, True]

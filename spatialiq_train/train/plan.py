@@ -135,9 +135,15 @@ def sequence_tokens_estimate(recipe: Recipe, phase: str) -> int:
     return image + PROMPT_TEXT_TOKENS + recipe.generation.max_completion_length
 
 
+def zero3() -> bool:
+    """Whether accelerate launched this process under DeepSpeed ZeRO stage 3 (its environment says so)."""
+    return (os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
+            and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3")
+
+
 def phase_plan(recipe: Recipe, phase: str, *, gpu: bool, world: int | None = None,
                shape: ModelShape | None = None, device_bytes: float | None = None,
-               tokens_per_sequence: int | None = None) -> PhasePlan:
+               tokens_per_sequence: int | None = None, state_shards: int = 1) -> PhasePlan:
     """The phase's plan. On a GPU with no micro-batch or checkpointing in the recipe, ``shape`` and
     ``device_bytes`` feed the memory plan (without them: micro-batch 1 and checkpointing on, as before)."""
     world = world_size() if world is None else world
@@ -159,7 +165,8 @@ def phase_plan(recipe: Recipe, phase: str, *, gpu: bool, world: int | None = Non
             trainable = 0.0 if recipe.model.lora.enabled else 1.0
             reference = phase == "rl" and recipe.rl.beta != 0
             tokens = tokens_per_sequence or sequence_tokens_estimate(recipe, phase)
-            common = {"trainable_share": trainable, "reference": reference, "liger": liger}
+            common = {"trainable_share": trainable, "reference": reference, "liger": liger,
+                      "state_shards": state_shards}
             if micro is not None:  # the recipe's micro-batch: checkpointing only if it does not fit without
                 bare = plan_micro_batch(shape, micro, tokens, device_bytes, checkpointing=False, **common)
                 needs = bare.micro_batch < micro or not bare.fits
@@ -184,7 +191,8 @@ def phase_plan(recipe: Recipe, phase: str, *, gpu: bool, world: int | None = Non
 
 def gpu_phase_plan(recipe: Recipe, phase: str, model_path: str | None) -> PhasePlan:
     """:func:`phase_plan` on this machine: a GPU run reads the model's shape (meta device) and the device's
-    memory for the memory plan when the recipe leaves the micro-batch or checkpointing open."""
+    memory for the memory plan when the recipe leaves the micro-batch or checkpointing open; under ZeRO-3 the
+    model state is planned as partitioned over the processes."""
     from spatialiq_train.train.common import on_gpu
 
     gpu = on_gpu(recipe)
@@ -195,7 +203,8 @@ def gpu_phase_plan(recipe: Recipe, phase: str, model_path: str | None) -> PhaseP
 
         shape = model_shape(model_path)
         device = float(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
-    return phase_plan(recipe, phase, gpu=gpu, shape=shape, device_bytes=device)
+    return phase_plan(recipe, phase, gpu=gpu, shape=shape, device_bytes=device,
+                      state_shards=world_size() if zero3() else 1)
 
 
 def write_plan(folder: Path, plan: PhasePlan) -> None:
