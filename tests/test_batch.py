@@ -118,6 +118,12 @@ def test_phase_plan_efficiency_settings_are_wired(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(plan_mod, "liger_importable", lambda: False)
     with pytest.raises(RuntimeError, match="model.liger_kernel is true but liger_kernel is not installed"):
         plan_mod.phase_plan(load_recipe("dapo_tight_7b", ["model.liger_kernel=true"]), "sft", gpu=True, world=1)
+    # colocated vLLM keeps its share while RL trains, unless sleep mode frees it
+    monkeypatch.setattr(plan_mod.importlib.util, "find_spec", lambda name: object() if name == "vllm" else None)
+    assert plan_mod.vllm_share(recipe, "rl") == 0.6 and plan_mod.vllm_share(recipe, "sft") == 0.0
+    assert plan_mod.vllm_share(load_recipe("dapo_tight_32b"), "rl") == 0.0  # sleep mode
+    monkeypatch.undo()
+    monkeypatch.setattr(plan_mod, "liger_importable", lambda: False)
     no_shape = plan_mod.phase_plan(recipe, "sft", gpu=True, world=1)
     assert (no_shape.batch.micro_batch, no_shape.gradient_checkpointing) == (1, True)
 

@@ -191,8 +191,8 @@ def phase_plan(recipe: Recipe, phase: str, *, gpu: bool, world: int | None = Non
 
 def gpu_phase_plan(recipe: Recipe, phase: str, model_path: str | None) -> PhasePlan:
     """:func:`phase_plan` on this machine: a GPU run reads the model's shape (meta device) and the device's
-    memory for the memory plan when the recipe leaves the micro-batch or checkpointing open; under ZeRO-3 the
-    model state is planned as partitioned over the processes."""
+    memory for the memory plan when the recipe leaves the micro-batch or checkpointing open, less what colocated
+    vLLM holds (:func:`vllm_share`); under ZeRO-3 the model state is planned as partitioned over the processes."""
     from spatialiq_train.train.common import on_gpu
 
     gpu = on_gpu(recipe)
@@ -203,8 +203,18 @@ def gpu_phase_plan(recipe: Recipe, phase: str, model_path: str | None) -> PhaseP
 
         shape = model_shape(model_path)
         device = float(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+        device *= 1 - vllm_share(recipe, phase)
     return phase_plan(recipe, phase, gpu=gpu, shape=shape, device_bytes=device,
                       state_shards=world_size() if zero3() else 1)
+
+
+def vllm_share(recipe: Recipe, phase: str) -> float:
+    """The share of the GPU that colocated vLLM holds while the RL phase trains (0 with sleep mode, which frees
+    its weights and cache during the optimizer step, or when vLLM does not run here)."""
+    v = recipe.vllm
+    if phase != "rl" or not v.enabled or v.mode != "colocate" or v.enable_sleep_mode:
+        return 0.0
+    return v.gpu_memory_utilization if importlib.util.find_spec("vllm") is not None else 0.0
 
 
 def write_plan(folder: Path, plan: PhasePlan) -> None:
