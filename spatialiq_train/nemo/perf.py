@@ -54,17 +54,26 @@ def perf_from_nemo(train: Mapping[str, Any], timing: Mapping[str, Any], *, devic
                        generation_s=sum(gen) if gen else None)
 
 
+def _section(master: Any, name: str) -> dict[str, Any]:
+    """A section of v0.7.0's master config as a plain dict (sections are pydantic models, dicts or absent)."""
+    section = master.get(name) if isinstance(master, Mapping) else getattr(master, name, None)
+    if section is None:
+        return {}
+    if hasattr(section, "model_dump"):
+        return dict(section.model_dump())
+    return dict(section)
+
+
 def _devices(master: Any) -> int:
-    cluster = master.cluster if hasattr(master, "cluster") else master["cluster"]
-    return int(cluster.get("num_nodes", 1)) * int(cluster.get("gpus_per_node", 1))
+    cluster = _section(master, "cluster")
+    return int(cluster.get("num_nodes") or 1) * int(cluster.get("gpus_per_node") or 1)
 
 
 def _factor(master: Any, phase: str) -> int:
     if phase == "sft":
         return tp.flops_factor("sft")
-    loss = master.loss_fn if hasattr(master, "loss_fn") else master.get("loss_fn", {})
-    return tp.flops_factor("rl", reference=float(loss.get("reference_policy_kl_penalty", 0) or 0) != 0,
-                           old_logprobs=True)
+    kl = _section(master, "loss_fn").get("reference_policy_kl_penalty") or 0
+    return tp.flops_factor("rl", reference=float(kl) != 0, old_logprobs=True)
 
 
 def _parameters(master: Any) -> int | None:
@@ -73,8 +82,7 @@ def _parameters(master: Any) -> int | None:
         import torch
         from transformers import AutoConfig, AutoModelForImageTextToText
 
-        policy = master.policy if hasattr(master, "policy") else master["policy"]
-        config = AutoConfig.from_pretrained(policy["model_name"])
+        config = AutoConfig.from_pretrained(_section(master, "policy")["model_name"])
         with torch.device("meta"):
             model = AutoModelForImageTextToText.from_config(config)
         return int(sum(p.numel() for p in model.parameters()))
