@@ -156,3 +156,27 @@ def old_keys_message(phase: str, per_device: int, accumulation: int, num_generat
             f"{per_gen} completions per generation on {processes} processes; write rl.prompts_per_step: {prompts} "
             f"(with rl.num_generations: {g}) and, for the same per-device micro-batch, "
             f"rl.optimizer.micro_batch_size: {per_device}")
+
+
+RETIRED_BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")
+"""Optimizer keys the recipe no longer states (derived here); a recipe naming one is refused."""
+
+
+def retired_keys_message(phase: str, section: dict[str, Any]) -> str | None:
+    """Why a phase section (``sft`` or ``rl``, as written) holding a retired batch key is refused, else None."""
+    opt = section.get("optimizer") or {}
+    if not isinstance(opt, dict) or not any(k in opt for k in RETIRED_BATCH_KEYS):
+        if phase == "rl" and "steps_per_generation" in section:
+            return ("rl.steps_per_generation is no longer a recipe key: one generation batch of rl.prompts_per_step "
+                    "x rl.num_generations completions serves one optimizer step, and the micro-steps per generation "
+                    "are derived (core.batch); remove the key")
+        return None
+
+    def whole(value: Any) -> int:
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+    spg = section.get("steps_per_generation")
+    return old_keys_message(phase, whole(opt.get("per_device_train_batch_size", 1)),
+                            whole(opt.get("gradient_accumulation_steps", 1)),
+                            whole(section.get("num_generations", 16)) if phase == "rl" else None,
+                            whole(spg) if spg is not None else None)

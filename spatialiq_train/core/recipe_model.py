@@ -93,9 +93,8 @@ class ModelSection(Section):
     max_pixels: Count = Field(448 * 448, gt=0)
     freeze_vision: Flag = False
     liger_kernel: Flag | None = None
-    """Liger's RMSNorm, SwiGLU and rotary kernels for Qwen2.5-VL (`use_liger_kernel`). None: on when the run is on
-    a GPU and `liger_kernel` is importable (the `gpu` extra). TRL 1.16 computes the loss through its own fused LM
-    head (no full logits) and refuses Liger's fused linear cross-entropy, so that kernel is left to TRL."""
+    """Liger's RMSNorm, SwiGLU and rotary kernels (`use_liger_kernel`); None: on for a GPU run with `liger_kernel`
+    importable. The loss stays TRL 1.16's own fused LM head (it refuses Liger's fused cross-entropy)."""
     lora: LoraSection = Field(default_factory=LoraSection)
 
 
@@ -126,12 +125,10 @@ class OptimizerSection(Section):
     num_train_epochs: Num = Field(1.0, gt=0)
     max_steps: MaxSteps = -1
     global_batch_size: Count | None = Field(None, gt=0)
-    """SFT: sequences per optimizer step over all processes (the released train_global_batch_size). Not set under
-    ``rl.optimizer``: the RL global batch is rl.prompts_per_step x rl.num_generations completions."""
+    """SFT: sequences per optimizer step over all processes. Unset under ``rl.optimizer`` (see prompts_per_step)."""
     micro_batch_size: Count | None = Field(None, gt=0)
-    """Sequences per forward/backward on one device. None: on a GPU the memory plan's choice
-    (`core.memory_plan`), on the CPU each process's whole share. The per-device batch and the gradient
-    accumulation are derived from the global batch, the number of processes and this (`core.batch`)."""
+    """Sequences per forward/backward on one device (None: GPU memory plan; CPU: each process's whole share);
+    TRL's per-device batch and accumulation are derived from it, the global batch and the process count."""
     weight_decay: Num = Field(0.0, ge=0, le=1)
     adam_beta1: Num = Field(0.9, ge=0, lt=1)
     adam_beta2: Num = Field(0.999, ge=0, lt=1)
@@ -148,8 +145,6 @@ class OptimizerSection(Section):
 
 
 OPTIMIZER_KEYS: tuple[str, ...] = tuple(OptimizerSection.model_fields)
-RETIRED_BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")
-"""Optimizer keys the recipe no longer states (derived by `core.batch`); a recipe naming one is refused."""
 
 
 class ValidationSection(Section):
@@ -189,25 +184,12 @@ class PhaseSection(Section):
 
     @classmethod
     def _refuse_retired(cls, data: dict[str, Any]) -> None:
-        """Refuse the per-device batch keys, naming the keys that replace them (`core.batch.old_keys_message`)."""
-        opt = data.get("optimizer") or {}
-        if not any(k in opt for k in RETIRED_BATCH_KEYS):
-            if issubclass(cls, RLSection) and "steps_per_generation" in data:
-                raise ValueError("rl.steps_per_generation is no longer a recipe key: one generation batch of "
-                                 "rl.prompts_per_step x rl.num_generations completions serves one optimizer step, "
-                                 "and the micro-steps per generation are derived (core.batch); remove the key")
-            return
-        from spatialiq_train.core.batch import old_keys_message
+        """Refuse the per-device batch keys, naming the keys that replace them (`core.batch`)."""
+        from spatialiq_train.core.batch import retired_keys_message
 
-        def whole(key: str) -> int:
-            value = opt.get(key, 1)
-            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
-
-        phase = "rl" if issubclass(cls, RLSection) else "sft"
-        spg = data.get("steps_per_generation")
-        raise ValueError(old_keys_message(
-            phase, whole("per_device_train_batch_size"), whole("gradient_accumulation_steps"),
-            data.get("num_generations", 16) if phase == "rl" else None, spg if isinstance(spg, int) else None))
+        message = retired_keys_message("rl" if issubclass(cls, RLSection) else "sft", data)
+        if message:
+            raise ValueError(message)
 
 
 class SFTSection(PhaseSection):
@@ -252,8 +234,7 @@ class RLSection(PhaseSection):
     init_from: str | None = None
     """SFT-CoT checkpoint the policy starts from and the KL reference anchors to (None = model.name_or_path)."""
     prompts_per_step: Count | None = Field(8, gt=0)
-    """Prompts (views) per optimizer step over all processes (the released num_prompts_per_step); the RL global
-    batch is prompts_per_step x num_generations completions, generated once per optimizer step."""
+    """Prompts per optimizer step over all processes; x num_generations completions, generated once a step."""
     num_generations: Count = Field(16, ge=2)
     num_iterations: Count = Field(1, gt=0)
     loss_type: Literal["dapo", "grpo", "bnpo", "dr_grpo"] = "dapo"
