@@ -27,9 +27,9 @@ parity_reward.__name__ = "parity"
 
 
 def overrides() -> list[str]:
-    return [f"sft.optimizer.max_steps={SFT_STEPS}", "sft.optimizer.per_device_train_batch_size=2",
+    return [f"sft.optimizer.max_steps={SFT_STEPS}", "sft.optimizer.global_batch_size=4",
             f"rl.optimizer.max_steps={RL_STEPS}",
-            f"rl.num_generations={G}", f"rl.optimizer.per_device_train_batch_size={2 * G}",
+            f"rl.num_generations={G}", "rl.prompts_per_step=4",
             "rl.dynamic_sampling.max_refill_rounds=2", "generation.max_completion_length=12",
             "logging.save_steps=100", "run.device=cpu"]
 

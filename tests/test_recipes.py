@@ -73,9 +73,27 @@ def test_bad_value_names_key() -> None:
         recipe_from_dict({"name": "x", "rl": {"loss_type": "ppo"}})
     with pytest.raises(RecipeError, match=r"epsilon_high"):
         recipe_from_dict({"name": "x", "rl": {"epsilon": 0.3, "epsilon_high": 0.2}})
-    with pytest.raises(RecipeError, match=r"= 6 must be a multiple of rl.num_generations = 4"):
-        recipe_from_dict({"name": "x", "rl": {"optimizer": {"per_device_train_batch_size": 3},
-                                              "steps_per_generation": 2, "num_generations": 4}})
+    with pytest.raises(RecipeError, match=r"rl.optimizer.global_batch_size: the RL global batch is "
+                                          r"rl.prompts_per_step x rl.num_generations = 32 completions"):
+        recipe_from_dict({"name": "x", "rl": {"optimizer": {"global_batch_size": 64}, "prompts_per_step": 8,
+                                              "num_generations": 4}})
+
+
+def test_retired_batch_keys_are_refused_with_their_replacement() -> None:
+    """per_device_train_batch_size / gradient_accumulation_steps / steps_per_generation: refused, naming the keys
+    and values that give the old global batch on 8 processes."""
+    with pytest.raises(RecipeError, match=r"1 x 2 x 8 = 16 sequences on 8 processes; write "
+                                          r"sft.optimizer.global_batch_size: 16 .*micro_batch_size: 1"):
+        recipe_from_dict({"name": "x", "sft": {"optimizer": {"per_device_train_batch_size": 1,
+                                                             "gradient_accumulation_steps": 2}}})
+    with pytest.raises(RecipeError, match=r"2 x 4 x 8 = 64 completions .* write rl.prompts_per_step: 8 "
+                                          r"\(with rl.num_generations: 8\) .* rl.optimizer.micro_batch_size: 2"):
+        recipe_from_dict({"name": "x", "rl": {"num_generations": 8, "steps_per_generation": 4, "optimizer": {
+            "per_device_train_batch_size": 2, "gradient_accumulation_steps": 4}}})
+    with pytest.raises(RecipeError, match=r"rl.steps_per_generation is no longer a recipe key"):
+        recipe_from_dict({"name": "x", "rl": {"steps_per_generation": 4}})
+    with pytest.raises(RecipeError, match=r"sft.optimizer.global_batch_size: set the sequences"):
+        recipe_from_dict({"name": "x", "sft": {"optimizer": {"global_batch_size": None}}})
 
 
 def test_parse_override_uses_yaml_values() -> None:
@@ -150,8 +168,6 @@ def test_a_shipped_recipe_loads_by_name() -> None:
 
 
 EXPERIMENTS = sorted((RECIPES / "experiments").glob("*.yaml"))
-PROCESSES = 8
-"""The process count the shipped global batches assume (recipes/accelerate/zero3_8gpu.yaml)."""
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
@@ -164,9 +180,8 @@ def test_experiment_recipes_validate_and_load_by_name(path: Path) -> None:
 def test_dapo_tight_follows_the_released_configuration(scale: str) -> None:
     r = load_recipe(RECIPES / f"dapo_tight_{scale}.yaml").rl
     opt = r.optimizer
-    assert r.num_generations == 8
-    assert opt.per_device_train_batch_size * opt.gradient_accumulation_steps * PROCESSES == 64  # global batch
-    assert opt.per_device_train_batch_size * r.steps_per_generation * PROCESSES // r.num_generations == 8  # prompts
+    assert (r.prompts_per_step, r.num_generations) == (8, 8)  # released: 8 prompts x 8 = 64 completions a step
+    assert opt.global_batch_size is None and opt.micro_batch_size is None  # null: sized to the GPU's memory
     assert (opt.learning_rate, opt.weight_decay, opt.adam_beta1, opt.adam_beta2) == (5e-7, 0.01, 0.9, 0.999)
     assert (opt.lr_scheduler_type, opt.warmup_steps, opt.warmup_start_factor) == ("constant_with_warmup", 50, 0.1)
     assert (opt.max_steps, r.validation.every_steps, r.validation.max_samples) == (500, 20, 64)
@@ -185,7 +200,7 @@ def test_sft_follows_the_released_configuration(name: str) -> None:
     s = load_recipe(RECIPES / f"{name}.yaml").sft
     opt = s.optimizer
     assert (opt.learning_rate, opt.adam_beta1, opt.adam_beta2, opt.weight_decay) == (2e-5, 0.9, 0.98, 0.01)
-    assert opt.per_device_train_batch_size * opt.gradient_accumulation_steps * PROCESSES == 16
+    assert (opt.global_batch_size, opt.micro_batch_size) == (16, None)  # released train_global_batch_size 16
     assert (opt.num_train_epochs, opt.lr_scheduler_type) == (3, "constant")
     assert (s.validation.every_steps, s.validation.early_stopping_patience) == (50, 3)
 

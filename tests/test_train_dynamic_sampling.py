@@ -138,7 +138,7 @@ def ds_env(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     traces = write_traces(root, "rl", 6, rng, answer=lambda i: 2 * i + 1)  # all odd: every group varies
     write_traces(root, "even", 6, rng, answer=lambda i: 2 * i)  # all even: no group varies
     recipe = tiny_recipe(["rl.optimizer.max_steps=1", f"rl.num_generations={G}",
-                          f"rl.optimizer.per_device_train_batch_size={2 * G}",
+                          "rl.prompts_per_step=2",
                           "rl.dynamic_sampling.max_refill_rounds=2", "logging.save_steps=100"])
     model = tiny_model_dir()
     odd = load_split(traces, "rl", root, "rl")

@@ -129,10 +129,10 @@ def test_a_finished_sft_run_is_complete_and_a_rerun_changes_nothing(tmp_path: Pa
     # an interrupted run (no completion record) resumed with other settings is refused, naming each difference
     (tmp_path / "sft" / "complete.json").unlink()
     res = CliRunner().invoke(app, [*args, "sft.optimizer.learning_rate=5e-4",
-                                   "sft.optimizer.per_device_train_batch_size=2"])
+                                   "sft.optimizer.global_batch_size=2"])
     said = " ".join(res.output.split())
     assert res.exit_code == 2, res.output
-    assert "sft.optimizer.learning_rate, sft.optimizer.per_device_train_batch_size differ" in said, said
+    assert "sft.optimizer.global_batch_size, sft.optimizer.learning_rate differ" in said, said
     res = CliRunner().invoke(app, [*args, "sft.optimizer.max_steps=3"])  # a new budget without --extend: refused
     assert res.exit_code == 2 and "--extend" in res.output and "sft.optimizer.max_steps" in res.output
     # --extend trains on, and the counters continue (train/num_tokens does not restart from 0)

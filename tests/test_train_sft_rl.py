@@ -3,6 +3,7 @@ the TRL configs and trainers, and the RL learning check (SFT warm-up, then RL li
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,11 @@ def test_lora_sft_trains_adapters_and_exports_merged_weights(data, tmp_path: Pat
         keys = list(fh.keys())
     assert keys and not any("lora" in k for k in keys)
     assert (tmp_path / "sft" / "adapter" / "adapter_config.json").is_file()  # saved (gathered), then merged
+    plan = json.loads((tmp_path / "sft" / "plan.json").read_text())  # the batch split and settings, recorded
+    assert plan["batch"]["global_batch"] == 4 and plan["batch"]["world_size"] == 1
+    assert (plan["batch"]["micro_batch"], plan["batch"]["accumulation"]) == (4, 1)
+    assert plan["gradient_checkpointing"] == {"on": False, "source": "recipe"}
+    assert plan["liger_kernel"]["on"] is False and plan["padding_free"]["on"] is False
     model = AutoModelForImageTextToText.from_pretrained(final)
     base = AutoModelForImageTextToText.from_pretrained(tmp_path / "sft" / "base")
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in base.parameters())
@@ -82,7 +88,7 @@ def test_sft_recipe_knobs_reach_config(tmp_path: Path) -> None:
     from spatialiq_train.train.sft import sft_config
 
     recipe = tiny_recipe(["sft.optimizer.learning_rate=0.0123", "sft.optimizer.warmup_steps=7",
-                          "sft.optimizer.per_device_train_batch_size=3", "sft.optimizer.gradient_accumulation_steps=5",
+                          "sft.optimizer.global_batch_size=15", "sft.optimizer.micro_batch_size=3",
                           "sft.max_length=4096", "sft.optimizer.lr_scheduler_type=cosine"])
     cfg = sft_config(recipe, tmp_path)
     assert (cfg.learning_rate, cfg.warmup_steps, cfg.per_device_train_batch_size) == (0.0123, 7, 3)
@@ -130,7 +136,7 @@ def test_rl_after_sft_warmup_raises_exact_match(data, tmp_path: Path) -> None:  
     root, traces = data
     recipe = tiny_recipe(["sft.optimizer.max_steps=120", "rl.optimizer.max_steps=80",
                           "rl.optimizer.learning_rate=8e-4", "rl.optimizer.warmup_steps=0",
-                          "rl.beta=0.0", "rl.num_generations=8", "rl.optimizer.per_device_train_batch_size=16",
+                          "rl.beta=0.0", "rl.num_generations=8", "rl.prompts_per_step=2",
                           "reward.weights={exact_match: 1.0}", "logging.save_steps=1000",
                           # A learning check on one random stream: since refills are drawn rank-aware
                           # (train/distributed.py), seed 0 ends at 0.66 and seeds 1, 2, 3 pass (measured).

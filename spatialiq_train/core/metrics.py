@@ -6,7 +6,8 @@ Every logged number has exactly one name here. Namespaces:
 - ``rollout/...``: generated completions (lengths, the share clipped at the token budget);
 - ``reward/<name>/{mean,std,errors}``: each reward function, and ``reward/total/...`` for the weighted sum;
 - ``dynamic_sampling/...``: DAPO's group filter (kept, dropped and filler groups, refill rounds);
-- ``eval/...``: validation (exact match on the validation split, eval loss).
+- ``eval/...``: validation (exact match on the validation split, eval loss);
+- ``perf/...``: throughput (tokens/s, MFU, peak memory, RL generation/training time; `core.throughput`).
 
 Pure data and pure functions, and :func:`read_metrics` for the ``metrics.jsonl`` file both training backends
 write: importing it loads nothing heavy.
@@ -19,6 +20,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
+
+from spatialiq_train.core.throughput import PERF_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +101,7 @@ METRICS: dict[str, str] = {
     EVAL_COVERAGE: "share of validation completions with a parseable answer",
     EVAL_ANSWERED_EXACT_MATCH: "exact-match accuracy over the validation completions with an answer only",
     EVAL_LOSS: "validation loss (SFT)",
+    **PERF_METRICS,
 }
 """Every metric name (``<name>`` stands for a reward function's name) and what it measures."""
 

@@ -92,6 +92,9 @@ class ModelSection(Section):
     min_pixels: Count = Field(56 * 56, gt=0)
     max_pixels: Count = Field(448 * 448, gt=0)
     freeze_vision: Flag = False
+    liger_kernel: Flag | None = None
+    """Liger's RMSNorm, SwiGLU and rotary kernels (`use_liger_kernel`); None: on for a GPU run with `liger_kernel`
+    importable. The loss stays TRL 1.16's own fused LM head (it refuses Liger's fused cross-entropy)."""
     lora: LoraSection = Field(default_factory=LoraSection)
 
 
@@ -121,14 +124,17 @@ class OptimizerSection(Section):
     when above 0; TRL cannot express it, the phase runner installs the schedule)."""
     num_train_epochs: Num = Field(1.0, gt=0)
     max_steps: MaxSteps = -1
-    per_device_train_batch_size: Count = Field(1, gt=0)
-    gradient_accumulation_steps: Count = Field(1, gt=0)
+    global_batch_size: Count | None = Field(None, gt=0)
+    """SFT: sequences per optimizer step over all processes. Unset under ``rl.optimizer`` (see prompts_per_step)."""
+    micro_batch_size: Count | None = Field(None, gt=0)
+    """Sequences per forward/backward on one device (None: GPU memory plan; CPU: each process's whole share);
+    TRL's per-device batch and accumulation are derived from it, the global batch and the process count."""
     weight_decay: Num = Field(0.0, ge=0, le=1)
     adam_beta1: Num = Field(0.9, ge=0, lt=1)
     adam_beta2: Num = Field(0.999, ge=0, lt=1)
     max_grad_norm: Num = Field(1.0, gt=0)
     gradient_checkpointing: Flag | None = None
-    """None: on for GPU runs, off on CPU."""
+    """None: on a GPU only when the memory plan needs it (`core.memory_plan`), off on the CPU."""
 
     @model_validator(mode="after")
     def _warm_start_schedule(self) -> OptimizerSection:
@@ -173,15 +179,32 @@ class PhaseSection(Section):
     def _optimizer_defaults(cls, data: Any) -> Any:
         if not isinstance(data, dict) or not isinstance(data.get("optimizer", {}), dict):
             return data
+        cls._refuse_retired(data)
         return {**data, "optimizer": {**cls.OPTIMIZER_DEFAULTS, **data.get("optimizer", {})}}
+
+    @classmethod
+    def _refuse_retired(cls, data: dict[str, Any]) -> None:
+        """Refuse the per-device batch keys, naming the keys that replace them (`core.batch`)."""
+        from spatialiq_train.core.batch import retired_keys_message
+
+        message = retired_keys_message("rl" if issubclass(cls, RLSection) else "sft", data)
+        if message:
+            raise ValueError(message)
 
 
 class SFTSection(PhaseSection):
     OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {
-        "learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03, "gradient_accumulation_steps": 8}
+        "learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03, "global_batch_size": 16}
     max_length: Count | None = Field(None, gt=0)
     """None: never truncate (truncation could cut image tokens)."""
     assistant_only_loss: Flag = True
+
+    @model_validator(mode="after")
+    def _global_batch(self) -> SFTSection:
+        if self.optimizer.global_batch_size is None:
+            raise ValueError("sft.optimizer.global_batch_size: set the sequences per optimizer step (the released "
+                             "SFT recipes: 16)")
+        return self
 
 
 class DynamicSamplingSection(Section):
@@ -207,12 +230,11 @@ class OverlongSection(Section):
 
 class RLSection(PhaseSection):
     OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {
-        "learning_rate": 5e-7, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 10,
-        "per_device_train_batch_size": 4, "gradient_accumulation_steps": 4}
+        "learning_rate": 5e-7, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 10}
     init_from: str | None = None
     """SFT-CoT checkpoint the policy starts from and the KL reference anchors to (None = model.name_or_path)."""
-    steps_per_generation: Count | None = Field(None, gt=0)
-    """Optimizer micro-steps served by one generation batch (None: gradient_accumulation_steps)."""
+    prompts_per_step: Count | None = Field(8, gt=0)
+    """Prompts per optimizer step over all processes; x num_generations completions, generated once a step."""
     num_generations: Count = Field(16, ge=2)
     num_iterations: Count = Field(1, gt=0)
     loss_type: Literal["dapo", "grpo", "bnpo", "dr_grpo"] = "dapo"
@@ -233,15 +255,12 @@ class RLSection(PhaseSection):
         if self.validation.early_stopping_patience is not None:
             raise ValueError("rl.validation.early_stopping_patience: TRL's GRPO validation reward is not a metric the "
                              "Trainer can select on; leave it null (the released RL config disables it too)")
-        opt = self.optimizer
-        per_device = opt.per_device_train_batch_size * (self.steps_per_generation or opt.gradient_accumulation_steps)
-        if per_device % self.num_generations:
-            raise ValueError(
-                f"rl.optimizer.per_device_train_batch_size x rl.steps_per_generation (default: "
-                f"rl.optimizer.gradient_accumulation_steps) = "
-                f"{per_device} must be a multiple of rl.num_generations = {self.num_generations}: each device "
-                "generates whole groups (needed by dynamic sampling)"
-            )
+        if self.prompts_per_step is None:
+            raise ValueError("rl.prompts_per_step: set the prompts per optimizer step (the released RL recipes: 8)")
+        if self.optimizer.global_batch_size is not None:
+            raise ValueError(f"rl.optimizer.global_batch_size: the RL global batch is rl.prompts_per_step x "
+                             f"rl.num_generations = {self.prompts_per_step * self.num_generations} completions; "
+                             "leave it unset and set rl.prompts_per_step")
         return self
 
 

@@ -59,6 +59,7 @@ from spatialiq_train.nemo.contract import check_contract, check_held_out_plan, p
 from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.grouping import check_supported, per_view_groups
+from spatialiq_train.nemo.perf import nemo_perf
 from spatialiq_train.nemo.placeholders import sampled_placeholders_masked
 from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.runtime import NemoApi, load_api
@@ -264,7 +265,8 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) ->
     api.init_ray()
     processor = api.get_tokenizer(master.policy["tokenizer"], get_processor=True)
     apply_pixel_budget(processor, plan.min_pixels, plan.max_pixels)
-    if phase == "rl":
-        return _run_rl(api, master, processor, plan)
-    _run_sft(api, master, processor, plan)
+    with nemo_perf(phase, master):  # perf/* from v0.7.0's own timing metrics (nemo/perf.py)
+        if phase == "rl":
+            return _run_rl(api, master, processor, plan)
+        _run_sft(api, master, processor, plan)
     return None

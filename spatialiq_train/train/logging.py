@@ -62,8 +62,8 @@ def metric_name(key: str) -> str:
     parts = key.split("/")
     if len(parts) == 3 and parts[0] == "rewards" and parts[2] in m.REWARD_STATS:
         return m.reward_metric(parts[1], parts[2])
-    if key.startswith(("reward/", "dynamic_sampling/", "train/", "rollout/")):
-        return key  # already namespaced (reward errors and components, dynamic sampling counts)
+    if key.startswith(("reward/", "dynamic_sampling/", "train/", "rollout/", "perf/")):
+        return key  # already namespaced (reward errors and components, dynamic sampling counts, perf/*)
     return f"trl/{key}"
 
 

@@ -16,12 +16,14 @@ from typing import Any, Literal
 
 from spatialiq_train.core.recipe_model import OptimizerSection, PhaseSection, Recipe, ValidationSection
 from spatialiq_train.train import common
+from spatialiq_train.train.plan import PhasePlan, gpu_phase_plan, phase_plan, write_plan
 
 log = logging.getLogger(__name__)
 
 PhaseName = Literal["sft", "rl"]
-NOT_TRL_ARGS = ("warmup_start_factor", "gradient_checkpointing")
-"""Optimizer keys that are not passed to TRL under their own name (the phase applies them)."""
+NOT_TRL_ARGS = ("warmup_start_factor", "gradient_checkpointing", "global_batch_size", "micro_batch_size")
+"""Optimizer keys that are not passed to TRL under their own name (the phase applies them; the batch keys become
+TRL's per-device batch and accumulation through `train.plan`)."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class PhaseSpec:
     """The config arguments only this phase has (completion-only loss; GRPO's clip, KL, rollout keys ...)."""
     make_trainer: Callable[..., Any]
     """(model_path, args, train_dataset, eval_dataset, processor, callbacks) -> TRL trainer."""
-    eval_batch_size: Callable[[Recipe], int]
+    eval_batch_size: Callable[[Recipe, PhasePlan], int]
 
 
 def section_of(recipe: Recipe, name: PhaseName) -> PhaseSection:
@@ -63,14 +65,17 @@ def validation_args(val: ValidationSection, eval_batch_size: int) -> dict[str, A
     return out
 
 
-def phase_config(spec: PhaseSpec, recipe: Recipe, output_dir: str | Path) -> Any:
-    """The TRL config of the phase: shared TrainingArguments, the optimizer section, validation, phase keys."""
+def phase_config(spec: PhaseSpec, recipe: Recipe, output_dir: str | Path, plan: PhasePlan | None = None) -> Any:
+    """The TRL config of the phase: shared TrainingArguments, the optimizer section, the batch and efficiency
+    settings of `plan` (default: `train.plan.phase_plan` for this process count, no memory plan), validation,
+    phase keys."""
     section = section_of(recipe, spec.name)
-    opt = section.optimizer
+    plan = plan or phase_plan(recipe, spec.name, gpu=common.on_gpu(recipe))
     return spec.config_class(
-        **common.trainer_common(recipe, Path(output_dir), opt.gradient_checkpointing),
-        **optimizer_args(opt),
-        **validation_args(section.validation, spec.eval_batch_size(recipe)),
+        **common.trainer_common(recipe, Path(output_dir), plan.gradient_checkpointing),
+        **optimizer_args(section.optimizer),
+        **plan.trl_args(),
+        **validation_args(section.validation, spec.eval_batch_size(recipe, plan)),
         **spec.phase_kwargs(recipe),
         model_init_kwargs=common.model_init_kwargs(recipe),
     )
@@ -101,9 +106,11 @@ def install_warm_start(trainer: Any, start_factor: float) -> None:
 def _phase_callbacks(recipe: Recipe, name: PhaseName, out: Path) -> list[Any]:
     from spatialiq_train.train.divergence import make_divergence_callback
     from spatialiq_train.train.logging import make_metrics_callback
+    from spatialiq_train.train.perf import make_perf_callback
 
-    callbacks = [make_metrics_callback(out / "metrics.jsonl", name, common.reporting(recipe),
-                                       recipe.logging.wandb_project), make_divergence_callback(name)]
+    callbacks = [make_perf_callback(), make_metrics_callback(out / "metrics.jsonl", name, common.reporting(recipe),
+                                                             recipe.logging.wandb_project),
+                 make_divergence_callback(name)]
     val = section_of(recipe, name).validation
     if val.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
@@ -120,16 +127,24 @@ def build_phase_trainer(
     output_dir: str | Path,
     eval_dataset: Any = None,
     callbacks: list[Any] | None = None,
+    plan: PhasePlan | None = None,
 ) -> tuple[Any, Any]:
-    """(trainer, processor) for the phase, `model_path` being the policy to start from."""
+    """(trainer, processor) for the phase, `model_path` being the policy to start from; `plan` the batch and
+    efficiency settings (default: `train.plan.gpu_phase_plan` on this machine)."""
     from spatialiq_train.core.versions import check_versions
 
     check_versions("trl", "transformers", *(("vllm",) if spec.name == "rl" else ()), "deepspeed")
     out = Path(output_dir)
     processor = common.load_processor_for(recipe, model_path)
-    args = phase_config(spec, recipe, out)
+    plan = plan or gpu_phase_plan(recipe, spec.name, model_path)
+    log.info("%s", plan.describe())
+    args = phase_config(spec, recipe, out, plan)
     all_callbacks = [*_phase_callbacks(recipe, spec.name, out), *(callbacks or [])]
     trainer = spec.make_trainer(model_path, args, train_dataset, eval_dataset, processor, all_callbacks)
+    trainer.spatialiq_plan = plan  # read by run_phase (the plan record) and the perf callback
+    from spatialiq_train.train.perf import attach_perf
+
+    attach_perf(trainer, spec.name, recipe, plan)
     from spatialiq_train.train.export import check_exportable
 
     check_exportable(trainer)  # before training: a ZeRO-3 run whose weights could not be saved is refused now
@@ -205,6 +220,7 @@ def run_phase(
         log.info("resuming %s from %s", spec.name, resume)
         common.restore_token_count(trainer, resume)
     record.write_record(out, recipe)
+    write_plan(out, trainer.spatialiq_plan)
     with disk_full_as_one_line(out):
         trainer.train(resume_from_checkpoint=resume)
         exported = export_final(trainer, processor, final, out / "adapter")

@@ -28,6 +28,13 @@ PHASE_FREE: dict[str, tuple[str, ...]] = {
 """Recipe keys (and sections) a phase does not read: a resume of that phase alone may change them."""
 
 
+HARDWARE_KEYS: tuple[str, ...] = ("sft.optimizer.micro_batch_size", "rl.optimizer.micro_batch_size",
+                                   "sft.optimizer.gradient_checkpointing", "rl.optimizer.gradient_checkpointing",
+                                   "model.liger_kernel")
+"""Keys that fit the run to its hardware without changing the algorithm (the global batch stays): a resume on other
+GPUs may change them."""
+
+
 def budget_keys(phase: str) -> tuple[str, ...]:
     """The step budget of a phase: with ``--extend`` it may grow after the phase has started."""
     return (f"{phase}.optimizer.max_steps", f"{phase}.optimizer.num_train_epochs")
@@ -92,7 +99,7 @@ def write_record(folder: Path, recipe: Recipe) -> None:
 
 
 def check_phase_record(phase_dir: Path, recipe: Recipe, phase: str, extend: bool) -> list[str]:
-    """:func:`check_record` for one phase folder: the keys the phase does not read are free, its budget needs
-    ``extend``."""
-    return check_record(phase_dir, recipe, PHASE_FREE[phase], budget_keys(phase), extend,
+    """:func:`check_record` for one phase folder: the keys the phase does not read and the hardware keys
+    (:data:`HARDWARE_KEYS`) are free, its budget needs ``extend``."""
+    return check_record(phase_dir, recipe, (*PHASE_FREE[phase], *HARDWARE_KEYS), budget_keys(phase), extend,
                         f"the {phase.upper()} phase in {phase_dir} has started under the recorded recipe")

@@ -76,7 +76,7 @@ def vllm_args(recipe: Recipe) -> dict[str, Any]:
 
 def _grpo_kwargs(recipe: Recipe, reward_weights: list[float]) -> dict[str, Any]:
     r, g = recipe.rl, recipe.generation
-    keys = ("steps_per_generation", "num_generations", "num_iterations", "loss_type", "epsilon", "epsilon_high",
+    keys = ("num_generations", "num_iterations", "loss_type", "epsilon", "epsilon_high",
             "beta", "scale_rewards", "mask_truncated_completions")
     return {**{k: getattr(r, k) for k in keys}, **g.model_dump(), **vllm_args(recipe),
             "reward_weights": reward_weights, "log_completions": False}
@@ -114,7 +114,7 @@ def rl_phase(recipe: Recipe, rewards: RewardSetup | None = None, frozen: bool = 
     return phase.PhaseSpec(name="rl", config_class=_config_class,
                            phase_kwargs=lambda r: _grpo_kwargs(r, rewards.weights),
                            make_trainer=_make_trainer(recipe, rewards, frozen),
-                           eval_batch_size=lambda r: r.rl.num_generations)
+                           eval_batch_size=lambda r, plan: r.rl.num_generations)
 
 
 def grpo_config(recipe: Recipe, output_dir: str | Path, reward_weights: list[float]) -> Any:

@@ -39,7 +39,7 @@ def _make_trainer(recipe: Recipe) -> Any:
 def sft_phase(recipe: Recipe) -> phase.PhaseSpec:
     return phase.PhaseSpec(name="sft", config_class=_config_class, phase_kwargs=_sft_kwargs,
                            make_trainer=_make_trainer(recipe),
-                           eval_batch_size=lambda r: r.sft.optimizer.per_device_train_batch_size)
+                           eval_batch_size=lambda r, plan: plan.batch.micro_batch)
 
 
 def sft_config(recipe: Recipe, output_dir: str | Path) -> Any:

@@ -26,7 +26,7 @@ def main() -> None:
     a = p.parse_args()
     repo = Path(__file__).resolve().parents[3]
     recipe = load_recipe(repo / "recipes" / "tiny_cpu.yaml",
-                         ["run.device=cpu", "sft.optimizer.max_steps=1", "sft.optimizer.per_device_train_batch_size=2",
+                         ["run.device=cpu", "sft.optimizer.max_steps=1", "sft.optimizer.global_batch_size=4",
                           "logging.save_steps=100", "model.lora.enabled=true", "model.lora.r=4"])
     trainer, processor = build_sft_trainer(recipe, a.model, load_split(a.data / "traces", "warmup", a.data, "sft"),
                                            a.out / "sft")

@@ -61,7 +61,8 @@ def _launch(root: Path, name: str, base: Path, *overrides: str, config: Path = C
            str(_free_port()), "-m", "spatialiq_train.cli", "train", "sft", "--recipe", str(RECIPE), "--out", str(out),
            "model.tiny=false", f"model.name_or_path={base}", f"data.traces_dir={root / 'traces'}",
            f"data.data_root={root}", f"sft.optimizer.max_steps={STEPS}", f"sft.optimizer.learning_rate={LR}",
-           "sft.optimizer.per_device_train_batch_size=2", "logging.save_steps=100", "run.device=cpu", *overrides]
+           "sft.optimizer.global_batch_size=4", "sft.optimizer.micro_batch_size=2", "logging.save_steps=100",
+           "run.device=cpu", *overrides]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, cwd=REPO)
 
 

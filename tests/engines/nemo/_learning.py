@@ -44,8 +44,8 @@ RECIPE = "tiny_cpu"
 VARIANTS = ("rl", "frozen", "flipped")
 FROZEN_LR = 1e-12
 LOOP_SFT_SETS = ("sft.optimizer.learning_rate=3e-3", "sft.optimizer.max_steps=30",
-                 "sft.optimizer.num_train_epochs=20", "sft.optimizer.per_device_train_batch_size=8",
-                 "sft.optimizer.gradient_accumulation_steps=1", "sft.validation.every_steps=15",
+                 "sft.optimizer.num_train_epochs=20", "sft.optimizer.global_batch_size=8",
+                 "sft.validation.every_steps=15",
                  "sft.validation.max_samples=8", "logging.save_steps=15", "logging.report_to=[tensorboard]")
 """The loop tests' SFT warm-up (``dapo_tight_7b``'s SFT phase): validation and checkpoints inside the loop."""
 
