@@ -37,7 +37,7 @@ else
     say "building $VENV with $py at the lower bounds of $BOUNDS"
     rm -rf "$VENV"
     "$py" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q -c "$BOUNDS" -e '.[train]' pytest hypothesis
+    "$VENV/bin/python" -m pip install --progress-bar off -c "$BOUNDS" -e '.[train]' pytest hypothesis
     echo "$digest" > "$VENV/.siq-stamp.tmp"
     mv "$VENV/.siq-stamp.tmp" "$VENV/.siq-stamp"
 fi
