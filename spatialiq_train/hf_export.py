@@ -104,3 +104,18 @@ def write_processor(src: Path, dst: Path, min_pixels: int | None, max_pixels: in
     if not getattr(processor, "chat_template", None):
         raise ExportError(f"{src}: the processor has no chat template; a release must carry one")
     return processor
+
+
+def eos_token_ids(config: Any) -> list[int]:
+    """The end-of-sequence token ids of a model config, wherever the installed transformers keeps them.
+
+    A Qwen2.5-VL config holds them at its top level under some transformers 5.x releases and only in its
+    `text_config` under others (5.17 has no top-level `eos_token_id` attribute at all), so the top level is read
+    when it has a value, else the text config; a single id comes back as a one-element list, none as []."""
+    value = getattr(config, "eos_token_id", None)
+    if value is None:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else getattr(config, "text_config", None)
+        value = getattr(text, "eos_token_id", None) if text is not None and text is not config else None
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)]

@@ -74,6 +74,10 @@ echo "python $* (OMP_NUM_THREADS=${OMP_NUM_THREADS:-})" >> "$SIQ_FAKE_LOG"
 [ "$1 $2" = "-m pytest" ] && [ "${SIQ_FAIL_AT:-}" = pytest ] && exit 6
 exit 0
 """
+MIN_STUB = """#!/usr/bin/env bash
+echo "min-versions CI=${CI:-}" >> "$SIQ_FAKE_LOG"
+exit "${SIQ_MIN_RC:-0}"
+"""
 ENGINE_STUB = """#!/usr/bin/env bash
 if [ "${1:-}" = --build-only ]; then
     echo "build $2 CI=${CI:-}" >> "$SIQ_FAKE_LOG"
@@ -84,13 +88,14 @@ echo "engines $* CI=${CI:-}" >> "$SIQ_FAKE_LOG"
 rc_var="SIQ_ENGINE_RC_$1"
 exit "${!rc_var:-0}"
 """
-STEPS = ("venv", "torch", "install", "pytest", "engines")
+STEPS = ("venv", "torch", "install", "pytest", "engines", "min")
 STEP_CODES = {"venv": 3, "torch": 4, "install": 5, "pytest": 6}
 
 
 def _step(line: str) -> str:
     for prefix, step in (("python3 -m venv", "venv"), ("pip install torch==", "torch"), ("pip install -e", "install"),
-                         ("python -m pytest", "pytest"), ("engines ", "engines"), ("build ", "build")):
+                         ("python -m pytest", "pytest"), ("engines ", "engines"), ("build ", "build"),
+                         ("min-versions ", "min")):
         if line.startswith(prefix):
             return step
     raise AssertionError(f"unexpected command in the fake log: {line}")
@@ -105,6 +110,7 @@ class CiRun:
         (repo / ".ci").mkdir(parents=True)
         shutil.copy2(CI_RUN, repo / ".ci" / "run")
         _exe(repo / "tests" / "engines" / "run.sh", ENGINE_STUB)
+        _exe(repo / "tests" / "min_versions" / "run.sh", MIN_STUB)
         fakes, venvbin, log = tmp_path / "fakes", tmp_path / "venvbin", tmp_path / "log"
         _exe(fakes / "python3", FAKE_PYTHON3)
         _exe(fakes / "apt-get", "#!/usr/bin/env bash\nexit 0\n")
@@ -161,11 +167,11 @@ def test_ci_runs_every_step_and_both_engine_stages_under_ci(tmp_path: Path) -> N
     assert run.steps == list(STEPS), run.lines
     # the vLLM/DeepSpeed stage after the suite, the NeMo-RL one beside it; CI's rules apply to both even where the
     # runner set no CI
-    assert run.lines[-1] == "engines engines CI=true" and run.nemo_ran, run.lines
+    assert run.lines[-2:] == ["engines engines CI=true", "min-versions CI=true"] and run.nemo_ran, run.lines
     assert "--index-url https://download.pytorch.org/whl/cpu" in run.lines[1]  # the CPU torch, as on a user's machine
     assert run.lines[3] == "python -m pytest -q (OMP_NUM_THREADS=1)"  # one thread: the NeMo-RL stage runs beside it
     for event in ("README test command done (exit 0)", "NeMo-RL stage done (exit 0)",
-                  "vLLM/DeepSpeed stage done (exit 0)", "CI done"):
+                  "vLLM/DeepSpeed stage done (exit 0)", "minimum-versions stage done (exit 0)", "CI done"):
         assert re.search(rf"\[ci\] {re.escape(event)} at \d+m\d\ds", run.proc.stdout), run.proc.stdout
 
 
@@ -174,7 +180,7 @@ def test_ci_fails_with_the_status_of_a_failed_environment_build_and_skips_only_t
         tmp_path: Path, stage: str, name: str) -> None:
     run = CiRun(tmp_path, **{f"SIQ_BUILD_RC_{stage}": "7"})
     assert run.proc.returncode == 7, (run.proc.returncode, run.lines, run.proc.stderr)
-    assert run.steps == list(STEPS[:-1]) + (["engines"] if stage == "nemo" else []), run.lines
+    assert run.steps == list(STEPS[:-2]) + (["engines"] if stage == "nemo" else []) + ["min"], run.lines
     assert run.nemo_ran is (stage != "nemo")
     assert f"building the {name} environment failed (exit 7" in run.proc.stderr
 
@@ -183,8 +189,15 @@ def test_ci_fails_with_the_status_of_a_failed_environment_build_and_skips_only_t
 def test_ci_fails_when_an_engine_stage_fails_and_still_runs_the_other(tmp_path: Path, stage: str) -> None:
     run = CiRun(tmp_path, **{f"SIQ_ENGINE_RC_{stage}": "7"}, CI="1")
     assert run.proc.returncode == 1 and run.steps == list(STEPS), (run.proc.returncode, run.lines, run.proc.stderr)
-    assert run.lines[-1] == "engines engines CI=1" and run.nemo_ran, run.lines
+    assert run.lines[-2:] == ["engines engines CI=1", "min-versions CI=1"] and run.nemo_ran, run.lines
     assert f"{'nemo' if stage == 'nemo' else 'vLLM/DeepSpeed'} exit 7" in run.proc.stderr
+
+
+def test_ci_fails_when_the_minimum_versions_stage_fails_after_every_other_stage_ran(tmp_path: Path) -> None:
+    run = CiRun(tmp_path, SIQ_MIN_RC="4")
+    assert run.proc.returncode == 1 and run.steps == list(STEPS), (run.proc.returncode, run.lines, run.proc.stderr)
+    assert "minimum versions exit 4" in run.proc.stderr and run.nemo_ran
+    assert re.search(r"\[ci\] minimum-versions stage done \(exit 4\) at \d+m\d\ds", run.proc.stdout), run.proc.stdout
 
 
 # ------------------------------------------------------------------------------------------ tests/engines/run.sh

@@ -30,3 +30,21 @@ def test_attention_heads_are_widths_vllm_accepts() -> None:
     vision_head = TINY_VISION["hidden_size"] // TINY_VISION["num_heads"]
     assert text_head in (32, 64) and vision_head in (32, 64)
     assert sum(TINY_TEXT["rope_parameters"]["mrope_section"]) == text_head // 2
+
+
+def test_eos_token_ids_are_read_where_the_installed_transformers_keeps_them() -> None:
+    """transformers 5.17 keeps a Qwen2.5-VL config's eos_token_id in its text_config only (no top-level attribute);
+    later 5.x releases have it at the top too. Both shapes, read from real configs and from the 5.17 shape."""
+    from types import SimpleNamespace
+
+    from spatialiq_train.hf_export import eos_token_ids
+    from spatialiq_train.tiny import build_config, build_tokenizer
+
+    tok = build_tokenizer()
+    config = build_config(tok)
+    assert eos_token_ids(config) == [tok.eos_token_id] == eos_token_ids(config.get_text_config())
+    only_text = SimpleNamespace(text_config=SimpleNamespace(eos_token_id=[7, 9]))  # 5.17: no top-level attribute
+    assert eos_token_ids(only_text) == [7, 9]
+    assert eos_token_ids(SimpleNamespace(eos_token_id=None, text_config=SimpleNamespace(eos_token_id=3))) == [3]
+    assert eos_token_ids(SimpleNamespace(eos_token_id=5, text_config=SimpleNamespace(eos_token_id=3))) == [5]
+    assert eos_token_ids(SimpleNamespace()) == []

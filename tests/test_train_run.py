@@ -71,12 +71,14 @@ def test_dapo_tight_run_resumes_after_interruption(tmp_path: Path) -> None:
     from transformers import AutoModelForImageTextToText
 
     from spatialiq_train.core.processor import load_processor
+    from spatialiq_train.hf_export import eos_token_ids
 
     final = out / "final"
     assert (final / "model.safetensors").is_file() and not list(final.glob("*.bin"))
     model = AutoModelForImageTextToText.from_pretrained(final)
     assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
-    assert load_processor(final).tokenizer.convert_tokens_to_ids("<|im_end|>") == model.config.eos_token_id
+    # transformers 5.17 keeps a Qwen2.5-VL config's eos_token_id in its text_config only (hf_export.eos_token_ids)
+    assert [load_processor(final).tokenizer.convert_tokens_to_ids("<|im_end|>")] == eos_token_ids(model.config)
 
     # A finished run is complete: a second run changes no byte of final/ (nor the phase folders) and says so.
     before = _snapshot(out)

@@ -15,7 +15,7 @@ PROJECT_VERSION = "0.1.0"
 
 SUPPORTED: dict[str, tuple[str, str]] = {
     "trl": ("1.16", "1.17"),
-    "transformers": ("5.0", "6"),
+    "transformers": ("5.17", "6"),
     "vllm": ("0.22", "0.32"),
     "deepspeed": ("0.17", "1"),
     "isaacsim": ("5.0", "6"),
