@@ -33,7 +33,7 @@ def test_grpo_with_colocated_vllm_two_steps(vllm_tiny: Path, tmp_path: Path) -> 
     traces = write_traces(tmp_path, "rl", 16, np.random.default_rng(0), answer=lambda i: i)
     recipe = tiny_recipe(["run.device=cuda", "model.dtype=bfloat16", "vllm.enabled=true", "vllm.mode=colocate",
                           "vllm.gpu_memory_utilization=0.2", "rl.optimizer.max_steps=2", f"rl.num_generations={G}",
-                          f"rl.optimizer.per_device_train_batch_size={2 * G}", "generation.max_completion_length=16",
+                          "rl.prompts_per_step=2", "generation.max_completion_length=16",
                           "logging.save_steps=100"])
     trainer, _ = build_rl_trainer(recipe, str(vllm_tiny), load_split(traces, "rl", tmp_path, "rl"), tmp_path / "rl",
                                   rewards=RewardSetup([parity_reward], [1.0], [True]))
