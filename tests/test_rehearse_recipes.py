@@ -16,6 +16,8 @@ What the rehearsal changes, and why it does not change which code runs (each is 
 - sizes: `*.validation.max_samples=2` validation rows, `generation.max_completion_length=16` tokens; where the
   overlong penalty's window ends at that budget (`rl.overlong.max_response_length` unset), its
   `rl.overlong.buffer_length` keeps the same share of it (256 of 1024 -> 4 of 16), so the penalty still fires.
+- the global batch per step (`BATCH`), where the recipe schema names one: 2 SFT sequences, 1 prompt's group of
+  rollouts.
 - `*.optimizer.gradient_checkpointing=true` where the recipe leaves it unset: unset means "on for GPU runs", so
   true is what a GPU run runs (a recipe that sets it keeps its value).
 
@@ -118,7 +120,45 @@ def shortened(path: Path, data: dict[str, Path], phases: tuple[str, ...]) -> lis
             out += [f"{phase}.validation.every_steps=1", f"{phase}.validation.max_samples=2"]
         if section.optimizer.gradient_checkpointing is None:
             out.append(f"{phase}.optimizer.gradient_checkpointing=true")
+    for phase in phases:
+        out += _batch_shortening(path, out, phase)
     return out
+
+
+BATCH = {"sft": ("optimizer.global_batch_size", 2), "rl": ("prompts_per_step", 1)}
+"""The global batch per optimizer step, shortened (released: 16 SFT sequences; 8 prompts x rl.num_generations
+completions), where the recipe schema has these keys: the per-device batch and accumulation are still derived from
+it by the same code, on fewer rows."""
+
+
+def _batch_shortening(path: Path, overrides: list[str], phase: str) -> list[str]:
+    """`[PHASE.KEY=VALUE]` from BATCH when the recipe names a larger global batch and the shortened recipe still
+    validates and builds its TRL config; else [] (the recipe's own batch runs, only slower)."""
+    import tempfile
+
+    from spatialiq_train.core.recipes import RecipeError
+
+    key, value = BATCH[phase]
+    current: Any = getattr(load_recipe(path, overrides), phase)
+    for part in key.split("."):
+        current = getattr(current, part, None)
+    if not isinstance(current, int) or current <= value:
+        return []
+    candidate = [f"{phase}.{key}={value}"]
+    try:
+        recipe = load_recipe(path, [*overrides, *candidate])
+        with tempfile.TemporaryDirectory() as tmp:
+            if phase == "sft":
+                from spatialiq_train.train.sft import sft_config
+
+                sft_config(recipe, tmp)
+            else:
+                from spatialiq_train.train.rl import grpo_config
+
+                grpo_config(recipe, tmp, [1.0])
+    except (RecipeError, ValueError):
+        return []
+    return candidate
 
 
 def _train_rows(folder: Path) -> list[dict[str, Any]]:
