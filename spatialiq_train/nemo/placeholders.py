@@ -81,13 +81,13 @@ class VisionTokenGuard:
     the training metric :data:`MASKED_SHARE_METRIC`, and stops the run when a rollout's share exceeds
     ``max_share``: a trained Qwen2.5-VL samples these tokens rarely, so frequent hits mean a broken rollout."""
 
-    def __init__(self, tokenizer: Any, max_share: float = MAX_MASKED_SHARE) -> None:
+    def __init__(self, tokenizer: Any, max_share: float | None = None) -> None:
         self.ids = vision_token_ids(tokenizer)
         replacement = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if replacement is None or replacement in self.ids:
             raise ValueError("the tokenizer has neither a pad nor an end-of-sequence token outside the vision tokens")
         self.replacement = int(replacement)
-        self.max_share = max_share
+        self.max_share = MAX_MASKED_SHARE if max_share is None else max_share
         self._pending: list[float] = []
 
     def check(self, batch: Any) -> float:
