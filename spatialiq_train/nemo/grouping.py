@@ -237,6 +237,7 @@ def checked_dynamic_sampling(original: Callable[..., Any], group_size: int) -> C
 
 
 def _parameters(fn: Any) -> tuple[str, ...]:
+    """The parameter names of ``fn``, or of the function a wrapper names as its ``__wrapped__``."""
     import inspect
 
     return tuple(inspect.signature(fn).parameters)

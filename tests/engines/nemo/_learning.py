@@ -170,6 +170,7 @@ class RewardLog:
                 self.pending.clear()
             return out
 
+        dynamic_sampling.__wrapped__ = real  # type: ignore[attr-defined]  # the driver checks v0.7.0's signature
         grpo.dynamic_sampling = dynamic_sampling
         try:
             yield

@@ -20,6 +20,7 @@ schedule (``warmup_steps`` 0), so the comparison is of the update, not of the tw
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,10 +64,26 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"recipe": recipe, "data": load_split(traces, "rl", root, "rl"), "written": written, "root": root}
 
 
+def _import_trl_trainer() -> None:
+    """TRL's GRPO trainer module, imported with this stage's ``tests/engines`` folder off ``sys.path``: pytest puts it
+    there (the stage's conftest), where the ``vllm`` test folder reads as a package without metadata, and TRL's
+    ``is_vllm_available`` then fails on its version ('N/A'). vLLM is not installed in this environment."""
+    import sys
+
+    engines = Path(__file__).resolve().parents[1]
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != engines]
+    try:
+        import trl.trainer.grpo_trainer  # noqa: F401
+    finally:
+        sys.path[:] = saved
+
+
 def _trl_step(setup: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, torch.Tensor]]:
     """TRL's batch (its own scoring of the fixed completions), its loss, and the weights after one step."""
     from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
 
+    _import_trl_trainer()
     trainer, processor = build_rl_trainer(setup["recipe"], str(tiny_model()), setup["data"], setup["root"] / "trl",
                                           rewards=RewardSetup([_fixed_reward], [1.0], [True]))
     trainer.model.train()
