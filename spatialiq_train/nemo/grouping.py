@@ -8,8 +8,8 @@ became one group: the baseline was the batch mean, and dynamic sampling never dr
 What this module changes, for the run it is installed in (:func:`per_view_groups`, entered by the driver around
 ``grpo.setup`` and ``grpo_train``):
 
-* **the grouping key.** Both call sites get a replacement that hands v0.7.0's own function a key per view instead of
-  the prompt tokens: row ``i`` belongs to view ``i // G`` (``G = grpo.num_generations_per_prompt``). The rollout
+* **the grouping key.** Both call sites get a replacement that groups by view instead of by the prompt tokens (the
+  filter's hands v0.7.0's own function a key per view): row ``i`` belongs to view ``i // G`` (``G = grpo.num_generations_per_prompt``). The rollout
   builds its batch with ``repeat_interleave(G)`` and writes results back by index, dynamic sampling keeps whole
   views in order, so blocks of ``G`` rows are views. That is checked on every call, not assumed: each block must
   hold one prompt (token ids) and one dataset ``idx``, and the batch that reaches training must be whole views.

@@ -148,6 +148,27 @@ def cpu_workers() -> Iterator[None]:
         grpo.Policy, sft.Policy, grpo.VllmGeneration = saved
 
 
+TINY_MODEL_VISION_SHARE = 0.1
+"""The limit on completions masked for a sampled vision token in the tiny model's RL runs. The driver's shipped
+limit (1 %, ``placeholders.MAX_MASKED_SHARE``) is for a trained Qwen2.5-VL, where such samples mean a broken
+rollout; the tiny policy (a 950-token vocabulary, 4 of them vision tokens, a short warm-up) samples one now and then
+as a matter of course (1 of the 64 samples of a generation batch stopped the learning run at the shipped limit).
+``test_placeholders.py`` tests the shipped limit."""
+
+
+@contextmanager
+def tiny_model_vision_limit() -> Iterator[None]:
+    """:data:`TINY_MODEL_VISION_SHARE` as the driver's vision-token limit, for the block."""
+    from spatialiq_train.nemo import placeholders
+
+    saved = placeholders.MAX_MASKED_SHARE
+    placeholders.MAX_MASKED_SHARE = TINY_MODEL_VISION_SHARE
+    try:
+        yield
+    finally:
+        placeholders.MAX_MASKED_SHARE = saved
+
+
 class RewardLog:
     """Per optimizer step, the mean unshaped reward of all samples it generated (every dynamic-sampling batch)."""
 
@@ -282,7 +303,8 @@ def rl_run(root: Path, data: Data, init: Path, setting: Setting, variant: str, s
     reset_log()
     log = RewardLog()
     stopped_at = None
-    with cpu_workers(), log.installed(), flipped_advantages() if variant == "flipped" else nullcontext():
+    with (cpu_workers(), tiny_model_vision_limit(), log.installed(),
+          flipped_advantages() if variant == "flipped" else nullcontext()):
         try:
             run_driver("rl", cfg, setting.driver_overrides())
         except DynamicSamplingCapError:
@@ -293,4 +315,5 @@ def rl_run(root: Path, data: Data, init: Path, setting: Setting, variant: str, s
     log_dir = Path(written["logger"]["log_dir"])
     return {"variant": variant, "seed": seed, "config": cfg, "written": written, "reward": log.per_step,
             "stopped_at": stopped_at, "val_accuracy": scalars(log_dir, "validation/accuracy"),
+            "vision_share": scalars(log_dir, "train/vision_token_masked_share"),
             "train": list(LOG["train"])}

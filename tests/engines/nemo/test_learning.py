@@ -52,5 +52,7 @@ def test_rl_beats_its_frozen_control_and_the_sign_flipped_run_does_not(runs: dic
     lift = learning_summary({SEED: rl}, {SEED: frozen}).lift
     flipped_lift = learning_summary({SEED: flipped}, {SEED: frozen}).lift
     detail = {v: [round(x, 3) for x in runs[v]["reward"]] for v in runs}
+    print(f"lift {lift:.3f}, sign-flipped lift {flipped_lift:.3f}, rewards {detail}, flipped stopped at "
+          f"{runs['flipped']['stopped_at']}, masked vision share per step (rl) {runs['rl']['vision_share']}")
     assert lift > MARGIN, (lift, detail)
     assert flipped_lift < MARGIN, (flipped_lift, detail)

@@ -36,7 +36,7 @@ class Kill(Exception):  # noqa: N818 - a signal, not an error
 
 @pytest.fixture(scope="module")
 def cpu_workers() -> Iterator[pytest.MonkeyPatch]:
-    with pytest.MonkeyPatch.context() as mp, _learning.cpu_workers():
+    with pytest.MonkeyPatch.context() as mp, _learning.cpu_workers(), _learning.tiny_model_vision_limit():
         yield mp
 
 
