@@ -9,12 +9,12 @@ What this module changes, for the run it is installed in (:func:`per_view_groups
 ``grpo.setup`` and ``grpo_train``):
 
 * **the grouping key.** Both call sites get a replacement that groups by view instead of by the prompt tokens (the
-  filter's hands v0.7.0's own function a key per view): row ``i`` belongs to view ``i // G`` (``G = grpo.num_generations_per_prompt``). The rollout
-  builds its batch with ``repeat_interleave(G)`` and writes results back by index, dynamic sampling keeps whole
-  views in order, so blocks of ``G`` rows are views. That is checked on every call, not assumed: each block must
-  hold one prompt (token ids) and one dataset ``idx``, and the batch that reaches training must be whole views.
-  The two call sites are ``grpo.py`` (the std that feeds ``dynamic_sampling``) and ``advantage_estimator.py``
-  (which imports the function by name, so it is replaced there too).
+  filter's hands v0.7.0's own function a key per view): row ``i`` belongs to view ``i // G`` (``G =
+  grpo.num_generations_per_prompt``). The rollout builds its batch with ``repeat_interleave(G)`` and writes results
+  back by index, dynamic sampling keeps whole views in order, so blocks of ``G`` rows are views. That is checked on
+  every call, not assumed: each block must hold one prompt (token ids) and one dataset ``idx``, and the batch that
+  reaches training must be whole views. The two call sites are ``grpo.py`` (the std that feeds ``dynamic_sampling``)
+  and ``advantage_estimator.py`` (which imports the function by name, so it is replaced there too).
 * **the filter's spread.** v0.7.0's std is leave-one-out per sample: rewards ``[1, 0, 0, 0]`` give the correct
   sample a std of 0, and the per-sample filter ``std != 0`` drops that one sample and splits its group (upstream PR
   3469). The filter here sees the view's spread as DAPO defines it: a view is kept whole when its rewards (before
