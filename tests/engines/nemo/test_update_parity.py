@@ -172,6 +172,6 @@ def test_parity_of_one_update_trl_and_nemo_rl(setup: dict[str, Any]) -> None:
     detail = f"loss TRL {trl_loss:.8f} NeMo-RL {nemo_loss:.8f}; largest weight change {moved:.3g}, largest " \
              f"difference between the engines {diff:.3g}"
     print(detail)
-    assert moved > 1e-4, detail  # the step moved the weights (lr 5e-4, Adam's first step ~ lr per weight)
+    assert moved > 1e-4, detail  # the step moved the weights (Adam's first step: about the learning rate per weight)
     assert abs(trl_loss - nemo_loss) < LOSS_TOL, detail
     assert diff < WEIGHT_TOL, detail
