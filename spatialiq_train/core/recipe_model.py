@@ -14,57 +14,21 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    StrictBool,
-    StrictInt,
     field_validator,
     model_validator,
 )
 
-
-def _no_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError("must be a number, not a boolean")
-    return value
-
-
-def _finite(value: Any) -> Any:
-    """Refuse NaN and infinities (also as YAML strings such as `.inf`) before any bound is compared."""
-    try:
-        number = float(value) if isinstance(value, int | float | str) else None
-    except ValueError:
-        return value  # not a number at all: the float type says so
-    if number is not None and not math.isfinite(number):
-        raise ValueError(f"must be finite, got {value}")
-    return value
-
-
-def _sane_learning_rate(value: float) -> float:
-    if not 0 < value < MAX_LEARNING_RATE:
-        raise ValueError(f"must be > 0 and below {MAX_LEARNING_RATE:g} (AdamW rates are about 1e-7 .. 1e-3; a larger "
-                         f"one diverges to NaN), got {value:g}")
-    return value
-
-
-def _steps_or_epochs(value: int) -> int:
-    if value == 0 or value < -1:
-        raise ValueError("must be a positive number of steps, or -1 to train for num_train_epochs")
-    return value
-
-
-MAX_LEARNING_RATE = 1.0
-"""A learning rate at or above this is refused as absurd (training diverges to NaN long before)."""
-Num = Annotated[float, BeforeValidator(_finite), BeforeValidator(_no_bool)]
-"""A finite real number (int or float; `1e-6` strings from YAML accepted); booleans, NaN and infinities refused."""
-Count = StrictInt
-"""A whole number; booleans and floats refused."""
-Flag = StrictBool
-"""true or false only (no 0/1, no "yes")."""
-MaxSteps = Annotated[StrictInt, AfterValidator(_steps_or_epochs)]
-"""``max_steps``: a positive step budget, or -1 (transformers' convention) to train by epochs."""
-Split = Literal["train", "val", "warmup", "rl"]
+from spatialiq_train.core.advantages import Baseline, Std, refuse_scale_rewards
+from spatialiq_train.core.recipe_types import (
+    Count,
+    Flag,
+    MaxSteps,
+    Num,
+    Split,
+    sane_learning_rate,
+)
 
 
 class Section(BaseModel):
@@ -114,7 +78,7 @@ class DataSection(Section):
 class OptimizerSection(Section):
     """AdamW, its schedule and the batch/step budget of one phase; the keys are TrainingArguments' names."""
 
-    learning_rate: Annotated[Num, AfterValidator(_sane_learning_rate)] = 1e-5
+    learning_rate: Annotated[Num, AfterValidator(sane_learning_rate)] = 1e-5
     """Finite, > 0 and below :data:`MAX_LEARNING_RATE`."""
     lr_scheduler_type: str = "constant"
     warmup_steps: Num = Field(0, ge=0)
@@ -228,6 +192,13 @@ class OverlongSection(Section):
     penalty: Num = Field(1.0, ge=0)
 
 
+class AdvantageSection(Section):
+    """The GRPO advantage of a view's samples, the same on both engines (spatialiq_train.core.advantages)."""
+
+    baseline: Baseline = "group_mean"
+    std: Std = "group"
+
+
 class RLSection(PhaseSection):
     OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {
         "learning_rate": 5e-7, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 10}
@@ -243,10 +214,15 @@ class RLSection(PhaseSection):
     beta: Num = Field(0.05, ge=0)
     kl_estimator: Literal["k3"] = "k3"
     """TRL's per-token KL is Schulman's k3 estimator; kept explicit so the recipe says what it gets."""
-    scale_rewards: Literal["group", "batch", "none"] = "group"
+    advantage: AdvantageSection = Field(default_factory=AdvantageSection)
     mask_truncated_completions: Flag = False
     dynamic_sampling: DynamicSamplingSection = Field(default_factory=DynamicSamplingSection)
     overlong: OverlongSection = Field(default_factory=OverlongSection)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        return refuse_scale_rewards(data)
 
     @model_validator(mode="after")
     def _consistent(self) -> RLSection:

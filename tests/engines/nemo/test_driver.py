@@ -178,6 +178,9 @@ def test_validation_asked_for_without_a_split_is_refused(tmp_path: Path, placeme
     (None, ["checkpointing.metric_name=val:loss"], r"checkpointing\.metric_name is 'val:loss'"),
     (None, ["checkpointing.save_consolidated=false"], r"checkpointing\.save_consolidated is False"),
     (lambda c: c.pop("env"), [], r"env is absent"),
+    (None, ["grpo.adv_estimator.use_leave_one_out_baseline=true"],  # tiny_cpu: group mean, group std
+     r"grpo\.adv_estimator\.use_leave_one_out_baseline is True, the recipe gives False"),
+    (None, ["grpo.normalize_rewards=false"], r"grpo\.normalize_rewards is False, the recipe gives True"),
 ])
 def test_project_pieces_differing_from_the_recipe_are_refused_not_rewritten(
         tmp_path: Path, edit: Any, overrides: list[str], message: str, placement: Placement) -> None:
