@@ -190,9 +190,9 @@ class TransformersEngine:
         import torch
         from transformers import AutoModelForImageTextToText
 
-        from spatialiq_train.core.versions import check_versions
+        from spatialiq_train.core.versions import SAMPLING_SUPPORTED, check_versions
 
-        check_versions("transformers")
+        check_versions("transformers", supported=SAMPLING_SUPPORTED)
         self.device = device
         self.processor = load_processor(model_path)
         torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
@@ -291,9 +291,9 @@ class VLLMEngine:
             raise UserError(
                 "--engine vllm: the vllm engine needs vLLM, which is not installed here; install it on a GPU node "
                 "(pip install 'spatialiq-train[gpu]') or use --engine transformers") from exc
-        from spatialiq_train.core.versions import check_versions
+        from spatialiq_train.core.versions import SAMPLING_SUPPORTED, check_versions
 
-        check_versions("vllm", "transformers")
+        check_versions("vllm", "transformers", supported=SAMPLING_SUPPORTED)
         self.processor = load_processor(model_path)
         self.budget = pixel_budget(self.processor)
         self.max_model_len = max_model_len or default_max_model_len(1024)

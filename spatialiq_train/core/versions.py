@@ -20,7 +20,13 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "deepspeed": ("0.17", "1"),
     "isaacsim": ("5.0", "6"),
 }
-"""Package -> [lowest supported, first unsupported) release, as in pyproject's extras."""
+"""Package -> [lowest supported, first unsupported) release, as in pyproject's extras (the TRL training path: the
+minimum-versions stage tests transformers 5.17 and TRL 1.16.0 there)."""
+
+SAMPLING_SUPPORTED: dict[str, tuple[str, str]] = {**SUPPORTED, "transformers": ("5.8", "6")}
+"""The ranges for sampling and converting (`eval sample`): wider for transformers, because users sample and convert
+inside NeMo-RL v0.7.0's container, which pins transformers >= 5.5, < 5.9; the NeMo-RL engine stage tests that path
+at its transformers 5.8.1 (tests/engines/nemo/test_training_loops.py, test_checkpoint.py)."""
 
 
 class UnsupportedVersion(UserError):
@@ -51,7 +57,7 @@ def installed(package: str) -> str | None:
     return None
 
 
-def check_versions(*packages: str) -> dict[str, str]:
+def check_versions(*packages: str, supported: dict[str, tuple[str, str]] = SUPPORTED) -> dict[str, str]:
     """Raise :class:`UnsupportedVersion` for any installed package outside its range; absent ones are skipped.
 
     Returns the installed versions checked. Set ``SPATIALIQ_ALLOW_UNTESTED_VERSIONS=1`` to downgrade the error
@@ -61,13 +67,13 @@ def check_versions(*packages: str) -> dict[str, str]:
 
     found: dict[str, str] = {}
     for package in packages:
-        if package not in SUPPORTED:
-            raise ValueError(f"no supported range is recorded for {package!r}; known: {', '.join(SUPPORTED)}")
+        if package not in supported:
+            raise ValueError(f"no supported range is recorded for {package!r}; known: {', '.join(supported)}")
         version = installed(package)
         if version is None:
             continue
         found[package] = version
-        low, high = SUPPORTED[package]
+        low, high = supported[package]
         if not in_range(version, low, high) and os.environ.get("SPATIALIQ_ALLOW_UNTESTED_VERSIONS") != "1":
             raise UnsupportedVersion(
                 f"{package} {version} is installed, but this project is tested with {package} >= {low}, < {high}; "

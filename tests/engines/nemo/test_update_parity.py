@@ -154,8 +154,12 @@ def _nemo_step(setup: dict[str, Any], data: Any) -> tuple[float, dict[str, torch
     return float(result["loss"].sum()), {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
 
 
-def test_parity_of_one_update_trl_and_nemo_rl(setup: dict[str, Any]) -> None:
+def test_parity_of_one_update_trl_and_nemo_rl(setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     from safetensors.torch import load_file
+
+    # TRL's trainer runs here inside NeMo-RL's environment (transformers 5.8.1, the container's), below the TRL
+    # path's tested 5.17: the comparison is of the algorithm, so the version check is waived for this test only.
+    monkeypatch.setenv("SPATIALIQ_ALLOW_UNTESTED_VERSIONS", "1")
 
     written = setup["written"]
     assert written["loss_fn"]["token_level_loss"] is True and written["grpo"]["use_leave_one_out_baseline"]
