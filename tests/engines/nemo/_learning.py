@@ -150,6 +150,8 @@ class RewardLog:
     def __init__(self) -> None:
         self.per_step: list[float] = []
         self.pending: list[float] = []
+        self.step_samples: list[int] = []
+        """Per optimizer step, how many samples it generated (the rows of the environment's metrics file it spans)."""
 
     @contextmanager
     def installed(self) -> Iterator[None]:
@@ -163,6 +165,7 @@ class RewardLog:
             out = real(repeated_batch, *args, **kwargs)
             if out[1]:  # the batch is complete: this optimizer step trains on it
                 self.per_step.append(sum(self.pending) / len(self.pending))
+                self.step_samples.append(len(self.pending))
                 self.pending.clear()
             return out
 
@@ -296,4 +299,5 @@ def rl_run(root: Path, data: Data, init: Path, setting: Setting, variant: str, s
     log_dir = Path(written["logger"]["log_dir"])
     return {"variant": variant, "seed": seed, "config": cfg, "written": written, "reward": log.per_step,
             "stopped_at": stopped_at, "val_accuracy": scalars(log_dir, "validation/accuracy"),
-            "train": list(LOG["train"])}
+            "train": list(LOG["train"]), "step_samples": list(log.step_samples),
+            "env_metrics": log_dir / "spatialiq_metrics.jsonl"}
