@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args, Setting(steps=args.steps))
 
 
-def reward_curves(env_metrics: Path, step_samples: list[int], steps: int) -> dict[str, list[float]]:
+def reward_curves(env_metrics: list[Path], step_samples: list[int], steps: int) -> dict[str, list[float]]:
     """Per optimizer step, the sample-weighted mean of each reward of REWARD_CURVES over the environment's rows
     (one per generation batch, `samples` each) that step spans; a run stopped early keeps its last step's values."""
     import json as _json
@@ -73,6 +73,9 @@ def reward_curves(env_metrics: Path, step_samples: list[int], steps: int) -> dic
     from spatialiq_train.core.learning import FORMATTED_DISTANCE, REWARD_CURVES, formatted_distance
     from spatialiq_train.core.metrics import reward_metric
 
+    if len(env_metrics) != 1:
+        raise ValueError(f"expected one training environment metrics file, found {env_metrics}")
+    env_metrics = env_metrics[0]
     rows = [_json.loads(line) for line in env_metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
     names = [n for n in REWARD_CURVES if n != FORMATTED_DISTANCE]
     out: dict[str, list[float]] = {n: [] for n in REWARD_CURVES}

@@ -23,6 +23,7 @@ is read back from its TensorBoard events.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -159,6 +160,7 @@ class RewardLog:
 
         real = grpo.dynamic_sampling
 
+        @functools.wraps(real)  # v0.7.0's signature, which the per-view grouping's patch check compares
         def dynamic_sampling(repeated_batch: Any, *args: Any, **kwargs: Any) -> Any:
             rewards = repeated_batch.get("unshaped_total_reward", repeated_batch["total_reward"])
             self.pending.extend(float(r) for r in rewards)
@@ -300,4 +302,4 @@ def rl_run(root: Path, data: Data, init: Path, setting: Setting, variant: str, s
     return {"variant": variant, "seed": seed, "config": cfg, "written": written, "reward": log.per_step,
             "stopped_at": stopped_at, "val_accuracy": scalars(log_dir, "validation/accuracy"),
             "train": list(LOG["train"]), "step_samples": list(log.step_samples),
-            "env_metrics": log_dir / "spatialiq_metrics.jsonl"}
+            "env_metrics": sorted(log_dir.rglob("spatialiq_metrics.jsonl"))}
