@@ -1,23 +1,28 @@
-"""Does DAPO-tight RL learn on the CPU? RL runs against controls whose policy cannot move, over several seeds.
+"""Does DAPO-tight RL learn on the CPU, and does it learn to count? RL runs against controls that cannot move.
 
-One SFT warm-up (the demo's: plain traces, `spatialiq_train.cli.demo.DEMO_TRAINING`'s SFT budget) is shared by
-every run; each seed then runs the RL phase of `recipes/tiny_cpu.yaml` twice from that checkpoint through the same
-code (`train.rl.run_rl`): the RL run, and a control identical except `rl.optimizer.learning_rate=1e-12` (the recipe
-refuses 0; at 1e-12 no weight moves by more than float32 rounding). With `--heldout-every N` both also validate
-on the held-out `val` views every N steps. The analysis (`spatialiq_train.core.learning`) is engine-agnostic: the
-lift of the mean total reward (0-1) over the control, averaged over the last third of the RL steps, per seed with
-an interval over the steps, and across seeds with a Student-t interval. Writes `learning.json`, `curves.png` and
-prints the summary and the wall time.
+One SFT warm-up (the recipe's own SFT phase: `recipes/tiny_cpu.yaml`, plain traces of the warm-up structures) is
+shared by every run; each seed then runs the RL phase of the recipe twice from that checkpoint through the same code
+(`train.rl.run_rl`): the RL run, and a control identical except `rl.optimizer.learning_rate=1e-12` (the recipe
+refuses 0; at 1e-12 no weight moves by more than float32 rounding). The analysis (`spatialiq_train.core.learning`)
+is engine-agnostic: the lift over the control, averaged over the last third of the RL steps, per seed with an
+interval over the steps and across seeds with a Student-t interval, for the total reward (0-1) and for each reward
+of `REWARD_CURVES` (format, integer distance, integer distance among well-formatted answers, exact match): the
+total alone cannot tell writing the answer tag from counting. Then each final checkpoint (RL and control) is
+sampled on the held-out views (`_heldout.py`: `spatialiq eval sample --engine transformers` on the `val` part, whose
+structures no phase trains on, scored by `spatialiq eval score` and by the reward functions), and each held-out
+number gets its lift with a Student-t interval across seeds. Writes `learning.json` (with the SFT checkpoint's
+digest and every override applied) and `curves.png` (the total and one panel per reward) and prints the summary.
 
     python bench/bench_learning.py --work /tmp/learning --seeds 0 1 2
-    python bench/bench_learning.py --work /tmp/learning --sft /tmp/learning/sft/final --seeds 0 1 2 3 4 \
+    python bench/bench_learning.py --work /tmp/learning --sft /tmp/learning/sft/final --seeds 0 1 2 3 4 -- \
         rl.optimizer.max_steps=12          # trailing recipe overrides apply to every RL run and control
 
 Data: `--data DIR` (a `spatialiq gen` train folder) and `--traces DIR` (its plain traces), else both are built
-under `--work` with this benchmark's own default, kept as measured: 40 train structures (`--structures`), 128 px,
-Mitsuba. Of these the recipe reads the first 2 warm-up structures (the warm-up trace file holds no more) and the
-first 4 RL structures (`data.max_examples` 64 rows), the same 6 structures the demo renders with
-`gen --parts warmup=2,rl=4` (at its 112 px), so the SFT warm-up is the demo's in data and budget, not in image size.
+under `--work`: `gen --parts warmup=8,rl=8,val=16` (`--parts`) at 112 px, Mitsuba, seed 0; the recipe reads the
+128 warm-up and 128 RL views (`data.max_examples`), and the 256 `val` views are the held-out ones (`--heldout-data`
+names another dataset's `val` part instead, e.g. one rendered with more val structures). Runs resume: a finished
+RL phase is read as it is and sampling continues where it stopped, so seeds can run in separate processes on one
+`--work` and a last run over all seeds writes the summary.
 """
 
 from __future__ import annotations
