@@ -175,7 +175,8 @@ DAPO = [n for n in SHIPPED if n.startswith("dapo_")]
 PAPER_OVERRIDES = ["rl.num_generations=8", "rl.optimizer.weight_decay=0.01", "rl.optimizer.warmup_steps=50",
                    "rl.optimizer.max_steps=500", "rl.optimizer.learning_rate=5e-7",
                    "rl.optimizer.lr_scheduler_type=constant_with_warmup", "rl.beta=0.05",
-                   "rl.epsilon=0.2", "rl.epsilon_high=0.28", "rl.loss_type=dapo", "rl.scale_rewards=group",
+                   "rl.epsilon=0.2", "rl.epsilon_high=0.28", "rl.loss_type=dapo", "rl.advantage.baseline=leave_one_out",
+                   "rl.advantage.std=leave_one_out", "rl.prompts_per_step=8",
                    "rl.dynamic_sampling.enabled=true", "rl.dynamic_sampling.max_refill_rounds=10",
                    "generation.max_completion_length=1024", "generation.temperature=1.0", "generation.top_p=1.0"]
 
@@ -198,6 +199,7 @@ def test_paper_hyperparameters_with_the_papers_recipe_values(name):
     assert (g["num_prompts_per_step"], g["num_generations_per_prompt"], pol["train_global_batch_size"]) == (8, 8, 64)
     assert g["adv_estimator"] == {"name": "grpo", "normalize_rewards": True, "use_leave_one_out_baseline": True,
                                   "minus_baseline": True}
+    assert (g["use_leave_one_out_baseline"], g["normalize_rewards"]) == (True, True)
     assert (g["batch_multiplier"], g["dynamic_sampling_max_gen_batches"], g["max_num_steps"]) == (2, 10, 500)
     assert (loss["reference_policy_kl_penalty"], loss["reference_policy_kl_type"]) == (0.05, "k3")
     assert (loss["ratio_clip_min"], loss["ratio_clip_max"], loss["token_level_loss"]) == (0.2, 0.28, True)
@@ -264,8 +266,6 @@ def test_lr_schedules():
 
 
 def test_recipe_values_nemo_cannot_express_are_refused():
-    with pytest.raises(nkeys.NemoConfigError, match="rl.scale_rewards 'batch'"):
-        build("dapo_tight_7b", "rl", 1, 4, overrides=["rl.scale_rewards=batch"])
     with pytest.raises(nkeys.NemoConfigError, match="rl.loss_type 'dr_grpo'"):
         build("dapo_tight_7b", "rl", 1, 4, overrides=["rl.loss_type=dr_grpo"])
 
@@ -445,3 +445,31 @@ def test_recipes_nemo_rl_refuses_what_the_driver_refuses_before_writing(tmp_path
     res = CliRunner().invoke(app, ["recipes", "nemo-rl", "dapo_tight_7b", "--out", str(out), "--set",
                                    f"data.traces_dir={traces}"])
     assert res.exit_code == 0 and out.is_file(), res.output
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_generated_batch_is_the_recipes(name):
+    """grpo.num_prompts_per_step x num_generations_per_prompt = policy.train_global_batch_size, all from the recipe
+    (rl.prompts_per_step, rl.num_generations); tiny_cpu: the TRL batch of 4 prompts x 8 completions."""
+    recipe = load_recipe(SHIPPED_RECIPES / f"{name}.yaml")
+    cfg = build(name, "rl", 1, 1).config
+    g, pol = cfg["grpo"], cfg["policy"]
+    want = recipe.rl.prompts_per_step or 8
+    assert (g["num_prompts_per_step"], g["num_generations_per_prompt"]) == (want, recipe.rl.num_generations)
+    assert pol["train_global_batch_size"] == want * recipe.rl.num_generations
+    if name == "tiny_cpu":
+        opt = recipe.rl.optimizer
+        assert (want, pol["train_global_batch_size"]) == (4, opt.per_device_train_batch_size)  # one process
+    assert cfg["data"]["num_workers"] == 0
+
+
+@pytest.mark.parametrize(("baseline", "std", "loo", "normalize"), [
+    ("group_mean", "none", False, False), ("group_mean", "group", False, True),
+    ("group_mean", "leave_one_out", False, True), ("leave_one_out", "none", True, False),
+    ("leave_one_out", "group", True, True), ("leave_one_out", "leave_one_out", True, True)])
+def test_rl_advantage_maps_to_v070s_estimator_switches(baseline, std, loo, normalize):
+    g = build("dapo_tight_7b", "rl", 1, 4, overrides=[f"rl.advantage.baseline={baseline}",
+                                                      f"rl.advantage.std={std}"]).config["grpo"]
+    assert (g["use_leave_one_out_baseline"], g["normalize_rewards"]) == (loo, normalize)
+    assert g["adv_estimator"] == {"name": "grpo", "use_leave_one_out_baseline": loo, "normalize_rewards": normalize,
+                                  "minus_baseline": True}

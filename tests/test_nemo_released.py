@@ -53,6 +53,8 @@ CHANGED = {
     "logger.wandb.name": "<recipe>-<phase>",
     "logger.monitor_gpus": "on: GPU memory in the logs is what a first GB300 job needs",
     "logger.wandb_enabled": "the recipe's logging.report_to decides",
+    "data.num_workers": "0: the driver loads its batches itself; a DataLoader worker forked from the driver after Ray "
+                        "started its threads is the pattern that died of a glibc double free in CI",
 }
 """Released values our config sets differently on purpose, with the reason."""
 

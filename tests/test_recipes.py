@@ -170,7 +170,8 @@ def test_dapo_tight_follows_the_released_configuration(scale: str) -> None:
     assert (opt.learning_rate, opt.weight_decay, opt.adam_beta1, opt.adam_beta2) == (5e-7, 0.01, 0.9, 0.999)
     assert (opt.lr_scheduler_type, opt.warmup_steps, opt.warmup_start_factor) == ("constant_with_warmup", 50, 0.1)
     assert (opt.max_steps, r.validation.every_steps, r.validation.max_samples) == (500, 20, 64)
-    assert (r.scale_rewards, r.dynamic_sampling.max_refill_rounds, r.loss_type) == ("group", 10, "dapo")
+    assert (r.advantage.baseline, r.advantage.std) == ("leave_one_out", "leave_one_out")  # as the released runs
+    assert (r.dynamic_sampling.max_refill_rounds, r.loss_type, r.prompts_per_step) == (10, "dapo", 8)
     full = load_recipe(RECIPES / f"dapo_tight_{scale}.yaml")
     assert (full.generation.max_completion_length, full.vllm.max_model_len) == (1024, 2048)
     assert (full.generation.temperature, full.generation.top_p) == (1.0, 1.0)

@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from spatialiq_train.core.advantages import Baseline, Std, refuse_scale_rewards
+
 
 def _no_bool(value: Any) -> Any:
     if isinstance(value, bool):
@@ -121,6 +123,9 @@ class OptimizerSection(Section):
     when above 0; TRL cannot express it, the phase runner installs the schedule)."""
     num_train_epochs: Num = Field(1.0, gt=0)
     max_steps: MaxSteps = -1
+    global_batch_size: Count | None = Field(None, gt=0)
+    micro_batch_size: Count | None = Field(None, gt=0)
+    """Sequences per optimizer step, and per device (None: not set; NeMo-RL then uses the released 16 (SFT), 1)."""
     per_device_train_batch_size: Count = Field(1, gt=0)
     gradient_accumulation_steps: Count = Field(1, gt=0)
     weight_decay: Num = Field(0.0, ge=0, le=1)
@@ -205,6 +210,13 @@ class OverlongSection(Section):
     penalty: Num = Field(1.0, ge=0)
 
 
+class AdvantageSection(Section):
+    """The GRPO advantage of a view's samples, the same on both engines (spatialiq_train.core.advantages)."""
+
+    baseline: Baseline = "group_mean"
+    std: Std = "group"
+
+
 class RLSection(PhaseSection):
     OPTIMIZER_DEFAULTS: ClassVar[dict[str, Any]] = {
         "learning_rate": 5e-7, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 10,
@@ -214,6 +226,8 @@ class RLSection(PhaseSection):
     steps_per_generation: Count | None = Field(None, gt=0)
     """Optimizer micro-steps served by one generation batch (None: gradient_accumulation_steps)."""
     num_generations: Count = Field(16, ge=2)
+    prompts_per_step: Count | None = Field(None, gt=0)
+    """Prompts (views) per step: the RL global batch is this x num_generations (None: NeMo-RL's released 8)."""
     num_iterations: Count = Field(1, gt=0)
     loss_type: Literal["dapo", "grpo", "bnpo", "dr_grpo"] = "dapo"
     epsilon: Num = Field(0.2, gt=0, lt=1)
@@ -221,10 +235,15 @@ class RLSection(PhaseSection):
     beta: Num = Field(0.05, ge=0)
     kl_estimator: Literal["k3"] = "k3"
     """TRL's per-token KL is Schulman's k3 estimator; kept explicit so the recipe says what it gets."""
-    scale_rewards: Literal["group", "batch", "none"] = "group"
+    advantage: AdvantageSection = Field(default_factory=AdvantageSection)
     mask_truncated_completions: Flag = False
     dynamic_sampling: DynamicSamplingSection = Field(default_factory=DynamicSamplingSection)
     overlong: OverlongSection = Field(default_factory=OverlongSection)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        return refuse_scale_rewards(data)
 
     @model_validator(mode="after")
     def _consistent(self) -> RLSection:

@@ -29,7 +29,7 @@ from spatialiq_train.nemo.contract import (
     plan_data,
     validates,
 )
-from spatialiq_train.nemo.recipe_values import RELEASED_GRPO, RELEASED_SFT, NemoValues, PhaseValues
+from spatialiq_train.nemo.recipe_values import RELEASED_GRPO, RELEASED_SFT, NemoValues, PhaseValues, adv_estimator
 from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase
 
 
@@ -119,8 +119,8 @@ def _dtensor(v: NemoValues, par: Parallelism) -> dict[str, Any]:
 
 def _policy(v: NemoValues, par: Parallelism, *, model: str, phase: Phase, global_batch: int) -> dict[str, Any]:
     seq = v.max_seq_len
-    micro, logprob = RELEASED_GRPO["train_micro_batch_size"], RELEASED_GRPO["logprob_batch_size"]
     rl = phase == "rl"
+    micro, logprob = (v.rl_micro_batch if rl else v.sft_micro_batch), RELEASED_GRPO["logprob_batch_size"]
     p = v.rl if rl else v.sft
     eps = (RELEASED_GRPO if rl else RELEASED_SFT)["adam_eps"]
     policy: dict[str, Any] = {
@@ -165,7 +165,11 @@ def _generation(v: NemoValues, par: Parallelism) -> dict[str, Any]:
 
 
 def _data(v: NemoValues, plan: DataPlan, phase: Phase) -> dict[str, Any]:
-    data: dict[str, Any] = {"max_input_seq_length": v.max_seq_len, "shuffle": True, "num_workers": 1}
+    # num_workers 0: the driver loads its batches itself. A DataLoader worker is forked from the driver after Ray has
+    # started its threads (init_ray comes before setup), and forking a threaded process is what died of a glibc
+    # double free in CI; v0.7.0 offers no other start method. Our rows are small JSON records and images are
+    # decoded once per datum: the driver's time goes to generation and training, not loading.
+    data: dict[str, Any] = {"max_input_seq_length": v.max_seq_len, "shuffle": True, "num_workers": 0}
     if phase == "rl":
         # typed NotRequired in v0.7.0, but grpo.setup reads data["use_multiple_dataloader"] directly
         data["use_multiple_dataloader"] = False
@@ -207,17 +211,17 @@ def _validation(p: PhaseValues, on: bool, cap: int) -> tuple[int, int]:
 
 
 def _grpo(v: NemoValues, max_steps: int, validate: bool) -> dict[str, Any]:
-    loo = RELEASED_GRPO["use_leave_one_out_baseline"]
+    adv = adv_estimator(v.adv_baseline, v.adv_std)
     period, samples = _validation(v.rl, validate, RELEASED_GRPO["max_val_samples"])
     return {
-        "num_prompts_per_step": RELEASED_GRPO["num_prompts_per_step"],
+        "num_prompts_per_step": v.prompts_per_step,
         "num_generations_per_prompt": v.num_generations,
         "max_rollout_turns": 1, "max_num_epochs": v.rl.epochs, "max_num_steps": max_steps,
-        "normalize_rewards": v.normalize_rewards, "use_leave_one_out_baseline": loo,
+        **adv,
         # v0.7.0's advantage estimator reads these, not the two above (which reach it only through the
-        # interpolation in the shipped base YAML, absent here): set explicitly to the same values.
-        "adv_estimator": {"name": "grpo", "normalize_rewards": v.normalize_rewards,
-                          "use_leave_one_out_baseline": loo, "minus_baseline": True},
+        # interpolation in the shipped base YAML, absent here): set explicitly to the same values. The std the
+        # estimator divides by (rl.advantage.std) is handed to it by the driver's per-view wrapper.
+        "adv_estimator": {"name": "grpo", **adv, "minus_baseline": True},
         "val_period": period, "val_at_start": False, "val_at_end": False,
         "max_val_samples": samples, "val_batch_size": min(samples, RELEASED_GRPO["val_batch_size"]),
         "seed": v.seed, "overlong_filtering": v.overlong_filtering,
@@ -278,7 +282,7 @@ def grpo_config(v: NemoValues, settings: DriverSettings, nodes: int, gpus_per_no
     plan = plan_data(v, "rl", settings.recipe)
     run_dir = run_dir or f"{v.output_dir}/nemo_rl/rl"
     max_steps = v.rl.max_steps or RELEASED_GRPO["max_num_steps"]
-    global_batch = RELEASED_GRPO["num_prompts_per_step"] * v.num_generations   # one optimizer step per rollout
+    global_batch = v.prompts_per_step * v.num_generations   # one optimizer step per rollout
     _check_batch(global_batch, nodes, gpus_per_node, par.policy_tp, "GRPO")
     sched, note = lr_schedule(v.rl.scheduler, v.rl.warmup, max_steps, v.rl.warmup_start)
     policy = _policy(v, par, model=v.rl_init or v.base_model, phase="rl", global_batch=global_batch)
@@ -309,7 +313,7 @@ def sft_config(v: NemoValues, settings: DriverSettings, nodes: int, gpus_per_nod
     par = parallelism(v.base_model, gpus_per_node)
     plan = plan_data(v, "sft", settings.recipe)
     run_dir = run_dir or f"{v.output_dir}/nemo_rl/sft"
-    global_batch = RELEASED_SFT["train_global_batch_size"]
+    global_batch = v.sft_global_batch
     dp = _check_batch(global_batch, nodes, gpus_per_node, par.policy_tp, "SFT")
     sched, note = lr_schedule(v.sft.scheduler, v.sft.warmup, v.sft.max_steps, v.sft.warmup_start)
     policy = _policy(v, par, model=v.base_model, phase="sft", global_batch=global_batch)

@@ -13,7 +13,9 @@ them. The pieces (:func:`project_entries`):
   ``exact_match``; its mean is NeMo-RL's ``val:accuracy``), and ``policy.generation.vllm_cfg.skip_tokenizer_init``
   false (vLLM renders the prompt string with the images);
 - ``checkpointing.metric_name`` / ``higher_is_better`` (``val:accuracy`` for GRPO, ``val:val_loss`` for SFT, null
-  without validation) and ``checkpointing.save_consolidated`` true (what `spatialiq nemo convert` copies).
+  without validation) and ``checkpointing.save_consolidated`` true (what `spatialiq nemo convert` copies);
+- GRPO: ``grpo.use_leave_one_out_baseline``, ``grpo.normalize_rewards`` and their ``grpo.adv_estimator.*`` twins
+  (``rl.advantage``; ``grpo.adv_estimator.name`` grpo): the driver's per-view wrapper computes the recipe's rule.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from spatialiq_train.core.errors import UserError
 from spatialiq_train.core.metrics import ACCURACY_REWARD
 from spatialiq_train.core.splits import check_held_out, check_split_names
 from spatialiq_train.nemo.env import TRAIN_ENV, VAL_ENV
-from spatialiq_train.nemo.recipe_values import NemoValues, PhaseValues
+from spatialiq_train.nemo.recipe_values import NemoValues, PhaseValues, adv_estimator
 from spatialiq_train.nemo.settings import SECTION, DataPlan, Phase
 
 PROJECT_DATASET_KEYS = ("data_root", "min_pixels", "max_pixels", "max_examples")
@@ -52,6 +54,7 @@ def plan_data(values: NemoValues, phase: Phase, recipe: str) -> DataPlan:
         val_split=values.eval_split if validates(values, phase) else None,
         max_examples=values.max_examples, min_pixels=values.min_pixels, max_pixels=values.max_pixels,
         reward_weights=dict(values.reward_weights),
+        advantage_baseline=values.adv_baseline, advantage_std=values.adv_std,
     )
 
 
@@ -92,6 +95,11 @@ def project_entries(plan: DataPlan, phase: Phase) -> dict[str, Any]:
     if phase == "rl":
         entries["env"] = env_entries(plan)
         entries["policy.generation.vllm_cfg.skip_tokenizer_init"] = False
+        # rl.advantage: the estimator's switches (grpo.* and grpo.adv_estimator.*) must be the recipe's, since the
+        # per-view wrapper computes the recipe's advantages (a hand edit would train a third, unnamed rule)
+        for key, value in adv_estimator(plan.advantage_baseline, plan.advantage_std).items():
+            entries[f"grpo.{key}"] = entries[f"grpo.adv_estimator.{key}"] = value
+        entries["grpo.adv_estimator.name"] = "grpo"
     return entries
 
 

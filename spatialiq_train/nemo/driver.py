@@ -23,8 +23,11 @@ custom reward needs its own driver. This one follows the stock flow and differs 
    ``grpo_train`` with its 12 positional parameters, both inside
    :func:`spatialiq_train.nemo.grouping.per_view_groups` (one GRPO group per view, not per prompt token ids: v0.7.0
    would make every batch of our views one group), and
-   :func:`spatialiq_train.nemo.placeholders.sampled_placeholders_masked` (a sampled vision token would fail the
-   policy's forward pass: it is replaced and its sample left out of the loss); SFT:
+   :class:`spatialiq_train.nemo.placeholders.VisionTokenGuard` (a sampled vision token would fail the
+   policy's forward pass: it is replaced and its sample left out of the loss; above
+   :data:`~spatialiq_train.nemo.placeholders.MAX_MASKED_SHARE` of a rollout's samples the run stops). The grouping
+   checks the NeMo-RL version and the signatures it patches first, and ``policy.train`` is wrapped to check, per
+   step, that both per-view call sites ran (:class:`spatialiq_train.nemo.grouping.StepCalls`); SFT:
    ``sft.setup(master_config, processor, train, val)`` (9-tuple) and ``sft_train`` (9 parameters), the processor
    passed as the tokenizer, as ``run_vlm_sft.py`` passes it.
 
@@ -58,8 +61,8 @@ from spatialiq_train.nemo.checkpoints import latest_step, read_step_config
 from spatialiq_train.nemo.contract import check_contract, check_held_out_plan, plan_data
 from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
-from spatialiq_train.nemo.grouping import check_supported, per_view_groups
-from spatialiq_train.nemo.placeholders import sampled_placeholders_masked
+from spatialiq_train.nemo.grouping import StepCalls, check_supported, per_view_groups
+from spatialiq_train.nemo.placeholders import VisionTokenGuard
 from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.runtime import NemoApi, load_api
 from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase, load_recipe_checked, read_settings
@@ -212,12 +215,16 @@ def _run_rl(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> str | 
     val_task_to_env = None if val is None else {TASK_NAME: api.create_env(VAL_ENV, master.env[VAL_ENV])}
     generation = master.policy["generation"]
     watch = StepWatch(int(generation["max_new_tokens"]), generation.get("stop_token_ids") or ())
-    with (per_view_groups(master), sampled_placeholders_masked(processor.tokenizer),
+    calls = StepCalls()
+    vision = VisionTokenGuard(processor.tokenizer)
+    with (per_view_groups(master, plan.advantage_baseline, plan.advantage_std, calls), vision.installed(),
           watch.rollouts_of(task_to_env)):
         (policy, policy_generation, _gym, _cluster, dataloader, val_dataloader, loss_fn, logger, checkpointer,
          grpo_state, master_config, _teachers, _aliases) = api.grpo_setup(
             master, processor.tokenizer, train, val, processor=processor)
+        calls.guard(policy)
         watch.attach(logger)
+        vision.attach(logger)
         with dynamic_sampling_exit(master.grpo.get("dynamic_sampling_max_gen_batches")):
             api.grpo_train(policy, policy_generation, dataloader, val_dataloader, processor.tokenizer, loss_fn,
                            task_to_env, val_task_to_env, logger, checkpointer, grpo_state, master_config)

@@ -12,7 +12,10 @@ So the driver wraps ``grpo.run_multi_turn_rollout``: in each sample's generated 
 token id is replaced by the tokenizer's pad token and the sample's ``loss_multiplier`` set to 0. The sample keeps the
 reward the environment gave it (its group's baseline and the dynamic-sampling filter see it as generated); it adds
 nothing to the loss. Validation rollouts pass through the same wrapper (they have no loss; the replacement is
-harmless there). How many samples were masked is logged per rollout.
+harmless there). How many samples were masked is logged per rollout, the largest share of a step's rollouts is the
+step's metric ``vision_token_masked_share``, and a rollout with more than 1 % of its samples masked stops the run,
+naming the likely causes: on a trained Qwen2.5-VL frequent hits mean a failed refit or dummy weights, and masking
+them would turn that failure into silent training.
 """
 
 from __future__ import annotations
@@ -60,20 +63,65 @@ def mask_sampled_placeholders(batch: Any, ids: Sequence[int], replacement: int) 
     return len(hit)
 
 
-def sampled_placeholders_masked(tokenizer: Any) -> AbstractContextManager[None]:
-    """v0.7.0's rollouts followed by :func:`mask_sampled_placeholders` (with a logged count), for the block."""
-    from spatialiq_train.nemo.rollouts import after_each_rollout
+MAX_MASKED_SHARE = 0.01
+"""Above this share of a rollout's samples holding a vision token, the run stops (:class:`VisionTokenGuard`)."""
+MASKED_SHARE_METRIC = "vision_token_masked_share"
+"""The training metric (prefix ``train``) with the largest masked share among the step's rollouts."""
+LIKELY_CAUSES = ("the generation engine did not receive the policy's weights (a failed refit: vLLM still holds "
+                 "its dummy load_format weights)", "a checkpoint or tokenizer that does not match the model "
+                 "(vision token ids shifted)", "generation at a temperature or top_p far from the recipe's")
 
-    ids = vision_token_ids(tokenizer)
-    replacement = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if replacement is None or replacement in ids:
-        raise ValueError("the tokenizer has neither a pad nor an end-of-sequence token outside the vision tokens")
 
-    def mask(batch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        masked = mask_sampled_placeholders(batch, ids, int(replacement))
+class VisionTokenMaskError(RuntimeError):
+    """Too many sampled completions held a vision token: masking them would hide a broken rollout."""
+
+
+class VisionTokenGuard:
+    """Masks sampled vision tokens in every rollout (:func:`mask_sampled_placeholders`), logs the masked share as
+    the training metric :data:`MASKED_SHARE_METRIC`, and stops the run when a rollout's share exceeds
+    ``max_share``: a trained Qwen2.5-VL samples these tokens rarely, so frequent hits mean a broken rollout."""
+
+    def __init__(self, tokenizer: Any, max_share: float | None = None) -> None:
+        self.ids = vision_token_ids(tokenizer)
+        replacement = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if replacement is None or replacement in self.ids:
+            raise ValueError("the tokenizer has neither a pad nor an end-of-sequence token outside the vision tokens")
+        self.replacement = int(replacement)
+        self.max_share = MAX_MASKED_SHARE if max_share is None else max_share
+        self._pending: list[float] = []
+
+    def check(self, batch: Any) -> float:
+        """Mask one rollout's batch; the masked share, or VisionTokenMaskError above ``max_share``."""
+        total = len(batch["message_log"])
+        masked = mask_sampled_placeholders(batch, self.ids, self.replacement)
+        share = masked / total if total else 0.0
+        self._pending.append(share)
         if masked:
             log.warning("%d of %d sampled completions held a vision token (%s): replaced by the pad token and left "
                         "out of the loss (NeMo-RL v0.7.0 cannot take them through the policy's forward pass)",
-                        masked, len(batch["message_log"]), ", ".join(VISION_TOKENS))
+                        masked, total, ", ".join(VISION_TOKENS))
+        if share > self.max_share:
+            raise VisionTokenMaskError(
+                f"{masked} of {total} sampled completions ({share:.1%}) held a vision token, above the "
+                f"{self.max_share:.0%} this run masks; stopped rather than train on a broken rollout. Likely "
+                f"causes: {'; '.join(LIKELY_CAUSES)}")
+        return share
 
-    return after_each_rollout(mask)
+    def attach(self, logger: Any) -> None:
+        """Add :data:`MASKED_SHARE_METRIC` to each training step's metrics as ``logger`` receives them."""
+        real = logger.log_metrics
+
+        def log_metrics(metrics: dict[str, Any], step: int, prefix: str | None = "", *args: Any,
+                        **kwargs: Any) -> Any:
+            if prefix == "train" and "grad_norm" in metrics and self._pending:
+                metrics = {**metrics, MASKED_SHARE_METRIC: max(self._pending)}
+                self._pending.clear()
+            return real(metrics, step, prefix, *args, **kwargs)
+
+        logger.log_metrics = log_metrics
+
+    def installed(self) -> AbstractContextManager[None]:
+        """v0.7.0's rollouts followed by :meth:`check`, for the block."""
+        from spatialiq_train.nemo.rollouts import after_each_rollout
+
+        return after_each_rollout(lambda batch, args, kwargs: self.check(batch))

@@ -17,8 +17,7 @@ from spatialiq_train.core.recipe_model import Recipe
 # --- released values the recipe schema has no field for ---------------------------------------------------------
 # Source: NVIDIA/Spatial-IQ training/configs/grpo_spatialiq.yaml (the paper's released GRPO configuration).
 RELEASED_GRPO: dict[str, Any] = {
-    "num_prompts_per_step": 8,              # grpo.num_prompts_per_step
-    "use_leave_one_out_baseline": True,     # grpo.use_leave_one_out_baseline
+    "num_prompts_per_step": 8,              # grpo.num_prompts_per_step (when rl.prompts_per_step is null)
     # grpo.batch_multiplier (dynamic sampling draws 2 x 8 prompts per generation batch). The recipe has no field:
     # TRL refills with one ordinary batch per round and cannot express it.
     "batch_multiplier": 2,
@@ -39,7 +38,7 @@ RELEASED_GRPO: dict[str, Any] = {
 }
 # Source: NVIDIA/Spatial-IQ training/configs/sft_spatialiq.yaml (the paper's released SFT configuration).
 RELEASED_SFT: dict[str, Any] = {
-    "train_global_batch_size": 16,          # policy.train_global_batch_size
+    "train_global_batch_size": 16,          # policy.train_global_batch_size (sft.optimizer.global_batch_size null)
     "max_num_steps": 1_000_000,             # sft.max_num_steps (epochs decide)
     "val_global_batch_size": 8,             # sft.val_global_batch_size (sft.val_batches: max_samples / 8)
     "adam_eps": 1e-8,
@@ -97,7 +96,17 @@ class NemoValues:
     clip_high: float
     kl_beta: float
     kl_type: str
-    normalize_rewards: bool
+    adv_baseline: str
+    """`rl.advantage.baseline`: group_mean | leave_one_out (spatialiq_train.core.advantages)."""
+    adv_std: str
+    """`rl.advantage.std`: none | group | leave_one_out."""
+    prompts_per_step: int
+    """`rl.prompts_per_step` (the released 8 when null): the GRPO global batch is this x num_generations."""
+    sft_global_batch: int
+    """`sft.optimizer.global_batch_size` (the released 16 when null)."""
+    rl_micro_batch: int
+    sft_micro_batch: int
+    """`*.optimizer.micro_batch_size` (the released 1 when null)."""
     overlong_filtering: bool
     dynamic_sampling: bool
     max_gen_batches: int
@@ -131,11 +140,12 @@ def _token_level(loss_type: str) -> bool:
     raise ValueError(f"rl.loss_type {loss_type!r} has no NeMo-RL equivalent (use dapo, bnpo or grpo)")
 
 
-def _normalize(scale_rewards: str) -> bool:
-    """TRL scale_rewards -> NeMo-RL grpo.normalize_rewards (per-prompt std)."""
-    if scale_rewards == "batch":
-        raise ValueError("rl.scale_rewards 'batch' has no NeMo-RL equivalent (use group or none)")
-    return scale_rewards == "group"
+def adv_estimator(baseline: str, std: str) -> dict[str, bool]:
+    """`rl.advantage` -> v0.7.0's `grpo.adv_estimator` switches: `use_leave_one_out_baseline` picks the baseline,
+    `normalize_rewards` whether the estimator divides. Which std it divides by (group or leave-one-out) is not a
+    v0.7.0 key (it ties the std to the baseline): the driver's per-view wrapper hands the estimator the recipe's
+    (`grouping.per_view_groups`)."""
+    return {"use_leave_one_out_baseline": baseline == "leave_one_out", "normalize_rewards": std != "none"}
 
 
 def max_gen_batches(refill_rounds: int, enabled: bool) -> int:
@@ -188,7 +198,10 @@ def _rl_values(recipe: Recipe) -> dict[str, Any]:
     return dict(
         rl_init=r.init_from, num_generations=r.num_generations, token_level_loss=_token_level(r.loss_type),
         clip_low=r.epsilon, clip_high=r.epsilon_high, kl_beta=r.beta, kl_type=r.kl_estimator,
-        normalize_rewards=_normalize(r.scale_rewards), overlong_filtering=r.mask_truncated_completions,
+        adv_baseline=r.advantage.baseline, adv_std=r.advantage.std,
+        prompts_per_step=r.prompts_per_step or RELEASED_GRPO["num_prompts_per_step"],
+        rl_micro_batch=r.optimizer.micro_batch_size or RELEASED_GRPO["train_micro_batch_size"],
+        overlong_filtering=r.mask_truncated_completions,
         dynamic_sampling=r.dynamic_sampling.enabled,
         max_gen_batches=max_gen_batches(r.dynamic_sampling.max_refill_rounds, r.dynamic_sampling.enabled),
         overlong_shaping=r.overlong.enabled, overlong_buffer=r.overlong.buffer_length,
@@ -211,6 +224,8 @@ def values_from_recipe(recipe: Recipe) -> NemoValues:
         traces_dir=d.traces_dir, data_root=d.data_root, sft_split=d.sft_split, rl_split=d.rl_split,
         eval_split=d.eval_split, max_examples=d.max_examples, seed=recipe.run.seed, output_dir=recipe.run.output_dir,
         sft=_phase(recipe.sft), rl=_phase(recipe.rl), sft_assistant_only=recipe.sft.assistant_only_loss,
+        sft_global_batch=recipe.sft.optimizer.global_batch_size or RELEASED_SFT["train_global_batch_size"],
+        sft_micro_batch=recipe.sft.optimizer.micro_batch_size or RELEASED_GRPO["train_micro_batch_size"],
         **_rl_values(recipe),
         max_new_tokens=g.max_completion_length, temperature=g.temperature, top_p=g.top_p, top_k=g.top_k or None,
         reward_weights=dict(recipe.reward.weights),

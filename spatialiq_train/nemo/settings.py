@@ -57,6 +57,9 @@ class DataPlan:
     min_pixels: int
     max_pixels: int
     reward_weights: dict[str, float]
+    advantage_baseline: str = "group_mean"
+    advantage_std: str = "group"
+    """`rl.advantage` (spatialiq_train.core.advantages): the per-view wrapper computes the advantages with it."""
 
     def traces_file(self, split: str) -> str:
         """The traces JSONL of one split (`spatialiq traces` writes train/val/warmup/rl.jsonl)."""

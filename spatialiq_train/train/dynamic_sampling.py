@@ -2,13 +2,14 @@
 
 TRL 1.16 has no dynamic sampling (zero-variance groups only get advantage 0 but still count in the DAPO token
 normaliser). `DynamicSamplingGRPOTrainer` overrides one hook, `_generate_and_score_completions`: it generates and
-scores a batch with the parent implementation, keeps the groups that `core.groups.filter_groups` accepts (the rule
-NeMo-RL runs use too), and generates again for freshly drawn prompts until the batch is full or `max_refill_rounds`
-extra rounds were spent (verl's `max_num_gen_batches`). Slots still empty after the cap are filled with dropped
-groups whose loss mask is zeroed, so they carry no gradient and do not enter the normaliser. It also wraps
-`_calculate_rewards` only to read the per-function rewards that decide the filter. With `frozen`, `training_step`
-generates and scores but never computes a loss: the control of a learning curve, at the unchanged weights, through
-the same rollout code and seeds.
+scores a batch with the parent implementation (whose advantages are the recipe's, `train.advantages`), keeps the
+groups that `core.groups.filter_groups` accepts (the rule NeMo-RL runs use too), and generates again for freshly drawn
+prompts until the batch is full or `max_refill_rounds` extra rounds were spent (verl's `max_num_gen_batches`). Slots
+still empty after the cap are filled with dropped groups whose loss mask is zeroed, so they carry no gradient and do
+not enter the normaliser. The per-function rewards that decide the filter are those
+`train.advantages.RecipeAdvantageMixin` keeps from `_calculate_rewards`. With `frozen`, `training_step` generates and
+scores but never computes a loss: the control of a learning curve, at the unchanged weights, through the same rollout
+code and seeds.
 
 Under data parallelism each process filters and refills its own groups (so the per-device generation batch must
 hold whole groups), all processes run the same number of rounds (the parent's collectives stay in step), each
@@ -161,7 +162,6 @@ class DynamicSamplingMixin:
         self.refill_seed = self.args.seed if refill_seed is None else refill_seed
         self.refill_log: list[dict[str, Any]] = []  # this rank's draws and local counts, one entry per batch
         self._generation_key = (-1, -1)  # (global step, generation within the step) of the last batch
-        self._last_rewards_per_func: Any = None
         local = self.args.per_device_train_batch_size * self.args.steps_per_generation
         if dynamic_sampling and local % self.num_generations:
             raise ValueError(
@@ -179,11 +179,6 @@ class DynamicSamplingMixin:
         import torch
 
         return torch.zeros((), device=self.accelerator.device, requires_grad=True)
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._last_rewards_per_func = rewards
-        return rewards
 
     def _filter_rewards(self, n_local: int) -> np.ndarray:
         """Weighted sum of the filter rewards for this process's rows (shaping terms excluded)."""
@@ -291,7 +286,9 @@ def build_dynamic_sampling_trainer_class() -> type:
     """The GRPOTrainer subclass (built lazily so importing this module does not import TRL)."""
     from trl import GRPOTrainer
 
-    class DynamicSamplingGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
+    from spatialiq_train.train.advantages import RecipeAdvantageMixin
+
+    class DynamicSamplingGRPOTrainer(DynamicSamplingMixin, RecipeAdvantageMixin, GRPOTrainer):
         """GRPOTrainer with DAPO dynamic sampling (see the module docstring)."""
 
     return DynamicSamplingGRPOTrainer

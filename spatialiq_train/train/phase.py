@@ -20,8 +20,9 @@ from spatialiq_train.train import common
 log = logging.getLogger(__name__)
 
 PhaseName = Literal["sft", "rl"]
-NOT_TRL_ARGS = ("warmup_start_factor", "gradient_checkpointing")
-"""Optimizer keys that are not passed to TRL under their own name (the phase applies them)."""
+NOT_TRL_ARGS = ("warmup_start_factor", "gradient_checkpointing", "global_batch_size", "micro_batch_size")
+"""Optimizer keys that are not passed to TRL under their own name (the phase applies them; the batch keys are
+the NeMo-RL config's, TRL's batch is per_device_train_batch_size x gradient_accumulation_steps)."""
 
 
 @dataclass(frozen=True)

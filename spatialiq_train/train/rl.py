@@ -3,7 +3,8 @@
 Recipe keys -> TRL: clip-higher `rl.epsilon`/`rl.epsilon_high` -> `epsilon`/`epsilon_high`; token-level loss
 `rl.loss_type: dapo`; KL anchor `rl.beta` (TRL's per-token KL is the k3 estimator) against the reference model
 TRL loads from the same path as the policy, i.e. the SFT-CoT initialisation; overlong reward shaping
-`rl.overlong` -> `trl.rewards.get_soft_overlong_punishment` as an extra reward term; dynamic sampling
+`rl.overlong` -> `trl.rewards.get_soft_overlong_punishment` as an extra reward term; advantages `rl.advantage` ->
+`train.advantages.RecipeAdvantageMixin` (the per-view rule NeMo-RL runs use too); dynamic sampling
 `rl.dynamic_sampling` -> `DynamicSamplingGRPOTrainer`. Generation uses colocated vLLM when it is installed and
 the recipe's `vllm` section asks for it, else transformers' `generate`. The shared phase runner (`train.phase`) does
 the rest: optimizer section, validation, resume, export.
@@ -77,8 +78,9 @@ def vllm_args(recipe: Recipe) -> dict[str, Any]:
 def _grpo_kwargs(recipe: Recipe, reward_weights: list[float]) -> dict[str, Any]:
     r, g = recipe.rl, recipe.generation
     keys = ("steps_per_generation", "num_generations", "num_iterations", "loss_type", "epsilon", "epsilon_high",
-            "beta", "scale_rewards", "mask_truncated_completions")
-    return {**{k: getattr(r, k) for k in keys}, **g.model_dump(), **vllm_args(recipe),
+            "beta", "mask_truncated_completions")
+    # scale_rewards "none": TRL's own advantages are replaced by the recipe's (rl.advantage, train.advantages)
+    return {**{k: getattr(r, k) for k in keys}, "scale_rewards": "none", **g.model_dump(), **vllm_args(recipe),
             "reward_weights": reward_weights, "log_completions": False}
 
 
@@ -103,7 +105,8 @@ def _make_trainer(recipe: Recipe, rewards: RewardSetup, frozen: bool = False) ->
             reward_funcs=rewards.funcs, args=args, train_dataset=fitted, eval_dataset=eval_dataset,
             processing_class=processor, peft_config=common.lora_config(recipe), callbacks=callbacks,
             dynamic_sampling=ds.enabled, max_refill_rounds=ds.max_refill_rounds,
-            filter_reward_mask=rewards.filter_mask, frozen=frozen)
+            filter_reward_mask=rewards.filter_mask, frozen=frozen,
+            advantage=(recipe.rl.advantage.baseline, recipe.rl.advantage.std))
 
     return make
 

@@ -24,7 +24,7 @@ def test_rl_that_updates_nothing_warns_with_the_cause_and_the_knobs(warm: _learn
     cfg, _ = write_config("dapo_tight_7b", "rl", warm.data_root, tmp_path, gpus=1,
                           extra=(*SETS, f"rl.init_from={warm.hf}"))
     reset_log()
-    with _learning.cpu_workers():
+    with _learning.cpu_workers(), _learning.tiny_model_vision_limit():
         result = run_driver("rl", cfg, "grpo.num_prompts_per_step=2", "policy.train_global_batch_size=4")
     assert result.exit_code == 0, result.output
     steps = [r for r in LOG["train"] if not r["eval_mode"]]

@@ -21,9 +21,9 @@ import torch
 from spatialiq_train.core.learning import learning_summary
 
 SEED = 0
-SETTING = _learning.Setting(steps=16, learning_rate=1e-3, sft_steps=50)
-"""The fastest setting that shows the lift: 16 RL steps at 1e-3 (the rate at which the NeMo-RL benchmark's seeds all
-pass 0.10; see docs/training.md), after 50 SFT steps at 2e-3 (global batch 16)."""
+SETTING = _learning.Setting(steps=16, sft_steps=50)
+"""16 RL steps of ``spatialiq recipes nemo-rl tiny_cpu`` as generated (its learning rate 5e-4 and its batch of
+4 prompts x 8 completions, the TRL recipe's; no learning-rate or batch override), after 50 SFT steps at 2e-3."""
 MARGIN = 0.05
 """The lift RL must exceed and the sign-flipped run must stay below: the TRL test's margin (3 x the TRL benchmark's
 seed-to-seed standard deviation of the lift, rounded up), which is also above 3 x the NeMo-RL benchmark's (see
@@ -52,5 +52,7 @@ def test_rl_beats_its_frozen_control_and_the_sign_flipped_run_does_not(runs: dic
     lift = learning_summary({SEED: rl}, {SEED: frozen}).lift
     flipped_lift = learning_summary({SEED: flipped}, {SEED: frozen}).lift
     detail = {v: [round(x, 3) for x in runs[v]["reward"]] for v in runs}
+    print(f"lift {lift:.3f}, sign-flipped lift {flipped_lift:.3f}, rewards {detail}, flipped stopped at "
+          f"{runs['flipped']['stopped_at']}, masked vision share per step (rl) {runs['rl']['vision_share']}")
     assert lift > MARGIN, (lift, detail)
     assert flipped_lift < MARGIN, (flipped_lift, detail)

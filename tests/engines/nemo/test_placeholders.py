@@ -3,9 +3,11 @@
 Qwen2.5-VL's forward pass fails when ``input_ids`` hold more ``<|image_pad|>`` tokens than the images give features.
 v0.7.0 feeds every sampled completion back through the policy (``get_logprobs``) and cannot tell vLLM not to sample
 the token, so a single such sample stops the run; ``spatialiq_train.nemo.placeholders`` (installed by the driver)
-replaces it and leaves that sample out of the loss. One GRPO step each, from the loop tests' warm-up, with the CPU
-generation drawing ``<|image_pad|>`` as the first sample's first token: with the guard the step trains and the
-sample's loss weight is 0; with the guard taken out, the same step fails in the policy's forward pass.
+replaces it and leaves that sample out of the loss, and stops the run when more than 1 % of a rollout's samples hold
+one (on a real model: a failed refit or dummy weights). One GRPO step each, from the loop tests' warm-up, with the
+CPU generation drawing ``<|image_pad|>`` as the first sample's first token (1 of 4 samples): at the shipped 1 % the
+run stops naming the causes; with the limit raised above 25 % the step trains, the sample's loss weight is 0 and the
+step's metric records the share; with the guard taken out, the same step fails in the policy's forward pass.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 from _cpu_workers import LOG, CpuGeneration, reset_log
 from _nemo_support import write_config
 
-from spatialiq_train.nemo import driver
+from spatialiq_train.nemo import placeholders
 
 SETS = ("rl.num_generations=2", "rl.optimizer.max_steps=1", "rl.optimizer.learning_rate=1e-3",
         "rl.optimizer.warmup_steps=0", "generation.max_completion_length=6", "rl.overlong.enabled=false",
@@ -38,6 +40,14 @@ def _step(warm: _learning.WarmUp, out: Path, monkeypatch: pytest.MonkeyPatch) ->
         _learning.run_driver("rl", cfg, ("grpo.num_prompts_per_step=2", "policy.train_global_batch_size=4"))
 
 
+def test_above_the_shipped_share_the_run_stops_naming_the_causes(warm: _learning.WarmUp, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    assert placeholders.MAX_MASKED_SHARE == 0.01
+    with pytest.raises(placeholders.VisionTokenMaskError, match=r"1 of 4 sampled completions \(25.0%\).*failed refit"):
+        _step(warm, tmp_path / "stopped", monkeypatch)
+    assert not [r for r in LOG["train"] if not r["eval_mode"]]  # stopped before any update
+
+
 def test_a_sampled_image_token_is_masked_and_the_step_trains(warm: _learning.WarmUp, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch,
                                                              caplog: pytest.LogCaptureFixture) -> None:
@@ -52,6 +62,7 @@ def test_a_sampled_image_token_is_masked_and_the_step_trains(warm: _learning.War
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(grpo.ClippedPGLossFn, "__call__", loss)
+    monkeypatch.setattr(placeholders, "MAX_MASKED_SHARE", 0.3)
     with caplog.at_level(logging.WARNING, logger="spatialiq_train.nemo.placeholders"):
         _step(warm, tmp_path / "guarded", monkeypatch)
     steps = [r for r in LOG["train"] if not r["eval_mode"]]
@@ -59,10 +70,12 @@ def test_a_sampled_image_token_is_masked_and_the_step_trains(warm: _learning.War
     assert "1 of 4 sampled completions held a vision token" in caplog.text
     masks = [float(v) for m in seen for v in m.flatten()]
     assert 0.0 in masks and 1.0 in masks, masks  # the drawn sample is out of the loss, the others are in
+    share = _learning.scalars(tmp_path / "guarded", "train/" + placeholders.MASKED_SHARE_METRIC)
+    assert share == {1: pytest.approx(0.25)}
 
 
 def test_without_the_guard_v070_fails_on_that_sample(warm: _learning.WarmUp, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(driver, "sampled_placeholders_masked", lambda tokenizer: nullcontext())
+    monkeypatch.setattr(placeholders.VisionTokenGuard, "installed", lambda self: nullcontext())
     with pytest.raises(ValueError, match="Image features and image tokens do not match"):
         _step(warm, tmp_path / "unguarded", monkeypatch)

@@ -138,7 +138,7 @@ def test_a_grpo_step_on_our_data(rl_state: dict[str, Any], ray_head: str) -> Non
     assert len(torch.unique(flat["token_ids"], dim=0)) == 1
     pixels = {np.asarray(im[0] if isinstance(im, list | tuple) else im).tobytes() for im in batch["vllm_images"]}
     assert len(pixels) == 16  # ... though their images all differ
-    with per_view_groups(master):  # what the driver installs around grpo.setup and grpo_train
+    with per_view_groups(master, "leave_one_out", "leave_one_out"):  # what the driver installs (dapo_tight_7b)
         baseline, std = grpo.calculate_baseline_and_std_per_prompt(
             flat["token_ids"], shaped["total_reward"], torch.ones_like(before),
             leave_one_out_baseline=master.grpo["use_leave_one_out_baseline"],

@@ -21,7 +21,6 @@ from _nemo_support import write_config
 from typer.testing import CliRunner
 
 from spatialiq_train.cli import app
-from spatialiq_train.core.groups import filter_groups
 
 G = 4
 """Generations per view in the RL phase (the recipe's 8 halved: the CPU generates every sample)."""
@@ -37,7 +36,7 @@ class Kill(Exception):  # noqa: N818 - a signal, not an error
 
 @pytest.fixture(scope="module")
 def cpu_workers() -> Iterator[pytest.MonkeyPatch]:
-    with pytest.MonkeyPatch.context() as mp, _learning.cpu_workers():
+    with pytest.MonkeyPatch.context() as mp, _learning.cpu_workers(), _learning.tiny_model_vision_limit():
         yield mp
 
 
@@ -48,14 +47,42 @@ class Spy:
         import nemo_rl.algorithms.grpo as grpo
 
         self.real, self.calls = grpo.dynamic_sampling, []
+        self.__wrapped__ = self.real  # the driver checks the signature of what it wraps: v0.7.0's
 
     def __call__(self, repeated_batch: Any, std: Any, baseline: Any, *args: Any, **kwargs: Any) -> Any:
         rewards = repeated_batch.get("unshaped_total_reward", repeated_batch["total_reward"]).clone()
         idx = [int(i) for i in repeated_batch["idx"]]
         out = self.real(repeated_batch, std, baseline, *args, **kwargs)
         self.calls.append({"rewards": rewards.tolist(), "idx": idx, "std": std.tolist(),
-                           "complete": out[1], "kept_idx": [int(i) for i in out[0]["idx"]] if out[1] else None})
+                           "complete": out[1], "kept_idx": [int(i) for i in out[0]["idx"]] if out[1] else None,
+                           "kept_reward": out[0]["filtered_reward"].tolist() if out[1] else None})
         return out
+
+
+class LossSpy:
+    """Wraps v0.7.0's ``ClippedPGLossFn.__call__``: the advantage and loss weight of every row the loss receives
+    (each row's advantage at its first generated token), with the training step it belongs to."""
+
+    def __init__(self) -> None:
+        import nemo_rl.algorithms.grpo as grpo
+
+        self.real, self.rows = grpo.ClippedPGLossFn.__call__, []
+
+    def install(self, mp: pytest.MonkeyPatch) -> None:
+        import nemo_rl.algorithms.grpo as grpo
+        import torch
+
+        spy = self
+
+        def loss(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            data = kwargs["data"] if "data" in kwargs else args[1]
+            first = data["token_mask"].float().argmax(1)
+            adv = data["advantages"][torch.arange(first.numel()), first]
+            step = len([r for r in LOG["train"] if not r["eval_mode"]]) + 1
+            spy.rows += [(step, float(a), float(m)) for a, m in zip(adv, data["sample_mask"], strict=True)]
+            return spy.real(fn, *args, **kwargs)
+
+        mp.setattr(grpo.ClippedPGLossFn, "__call__", loss)
 
 
 _run = _learning.run_driver
@@ -74,8 +101,11 @@ def runs(warm: _learning.WarmUp, cpu_workers: pytest.MonkeyPatch) -> dict[str, A
                                       extra=(*RL_SETS, f"rl.init_from={warm.hf}"))
     spy = Spy()
     cpu_workers.setattr(grpo, "dynamic_sampling", spy)
-    _run("rl", rl_cfg)
-    return {"sft_written": warm.written, "sft_train": warm.train,
+    losses = LossSpy()
+    with pytest.MonkeyPatch.context() as mp:
+        losses.install(mp)
+        _run("rl", rl_cfg)
+    return {"losses": losses.rows,"sft_written": warm.written, "sft_train": warm.train,
             "sft_ckpts": Path(warm.written["checkpointing"]["checkpoint_dir"]), "hf": warm.hf,
             "rl_written": rl_written, "rl_cfg": rl_cfg, "spy": spy, "log": {k: list(v) for k, v in LOG.items()},
             "root": root, "data_root": warm.data_root}
@@ -132,6 +162,37 @@ def test_refits_carry_the_policy_weights(runs: dict[str, Any]) -> None:
     assert all(torch.equal(refits[-1][k], last[k]) for k in last)  # the last refit is the saved policy
 
 
+def _views_that_vary(rewards: list[float]) -> np.ndarray:
+    """The rule, written out: a view is kept when its unshaped rewards span more than 1e-6 (max - min), per sample."""
+    views = np.asarray(rewards, dtype=np.float64).reshape(-1, G)
+    return np.repeat(views.max(1) - views.min(1) > 1e-6, G)
+
+
+def _leave_one_out(view: list[float]) -> list[float]:
+    """The released advantage, written out: each sample against the mean and the sample std of the view's other
+    samples, divided only where that std is above 0 (plus 1e-6)."""
+    out = []
+    for i, r in enumerate(view):
+        others = np.delete(np.asarray(view, dtype=np.float64), i)
+        std = others.std(ddof=1) if others.size > 1 else 0.0
+        out.append((r - others.mean()) / (std + 1e-6) if std > 0 else r - others.mean())
+    return out
+
+
+def test_the_loss_receives_each_views_leave_one_out_advantages(runs: dict[str, Any]) -> None:
+    """Inside grpo_train, at v0.7.0's loss: every training row's advantage is the recipe's (dapo_tight_7b:
+    leave-one-out baseline and std, as released) over its own view's shaped rewards, not over the batch."""
+    kept = [c["kept_reward"] for c in runs["spy"].calls if c["complete"]]
+    assert len(kept) == 3
+    for step, rewards in enumerate(kept, start=1):
+        got = [a for s, a, m in runs["losses"] if s == step and m > 0]
+        assert len(got) == len(rewards) == runs["rl_written"]["policy"]["train_global_batch_size"]
+        want = [a for v in range(0, len(rewards), G) for a in _leave_one_out(rewards[v : v + G])]
+        assert got == pytest.approx(want, abs=1e-5), step
+        one_group = _leave_one_out(rewards) if len(set(rewards)) > 1 else want
+        assert not np.allclose(one_group, want, atol=1e-3)  # the batch as one group would differ
+
+
 def test_dynamic_sampling_drops_exactly_the_views_whose_samples_agree(runs: dict[str, Any]) -> None:
     master_num_prompts = runs["rl_written"]["grpo"]["num_prompts_per_step"]
     calls = runs["spy"].calls
@@ -139,7 +200,7 @@ def test_dynamic_sampling_drops_exactly_the_views_whose_samples_agree(runs: dict
     dropped_any = False
     cache: list[int] = []
     for c in calls:
-        keep = filter_groups(c["rewards"], G)  # the TRL path's rule, on the unshaped rewards
+        keep = _views_that_vary(c["rewards"])  # on the unshaped rewards
         expected = [i for i, k in zip(c["idx"], keep, strict=True) if k]
         dropped_any |= not keep.all()
         assert np.asarray(c["std"])[~keep].max(initial=0.0) == 0.0
