@@ -179,7 +179,7 @@ def run(args: argparse.Namespace, setting: Setting) -> int:
                                                          args.seeds[0])) for v in variants},
               "driver_overrides": list(setting.driver_overrides()),
               "generated_config": applied_config(first["written"]),
-              "steps": setting.steps, "learning_rate": setting.learning_rate, "control_learning_rate": FROZEN_LR,
+              "steps": setting.steps, "control_learning_rate": FROZEN_LR,
               "seeds": args.seeds, "threshold": THRESHOLD, "wall_s": wall,
               "phase_s": {f"{r['variant']}-seed{r['seed']}": r["wall_s"] for r in runs},
               "summary": _asdict(summary), "flipped_summary": _asdict(flipped) if flipped else None,
