@@ -10,13 +10,18 @@ SFT checkpoint and data as the TRL half, so the two engines are compared from on
 
 (``.venv-nemo`` is built by ``bash tests/engines/run.sh --build-only nemo``.) Per seed, the RL phase of
 ``recipes/tiny_cpu.yaml`` runs through ``spatialiq nemo rl`` (the driver, v0.7.0's ``setup`` and ``grpo_train``) with
-the CPU workers of ``tests/engines/nemo/_cpu_workers.py`` (the only stand-ins: GPU placement and vLLM), on the TRL
-recipe's batch (4 prompts x 8 completions; the generated config keeps the paper's 8 prompts, overridden here), and
-so does its control at learning rate 1e-12 (``frozen``); with ``--flipped`` also the run whose advantages have their
-sign flipped. The analysis is the TRL half's (``spatialiq_train.core.learning``): the lift of the mean total reward
-(0-1, unshaped) over the control, averaged over the last third of the steps, per seed with a t-interval over the
-paired steps and across seeds with a t-interval. Writes ``learning_nemo.json`` and ``learning_nemo.png`` under
-``--out`` and prints the summary and the wall time. Exit status 0 when every seed's lift reaches 0.10, else 1.
+the CPU workers of ``tests/engines/nemo/_cpu_workers.py`` (the only stand-ins: GPU placement and vLLM), on the config
+``spatialiq recipes nemo-rl tiny_cpu`` generates, as generated (its batch, 4 prompts x 8 completions, and learning
+rate are the recipe's; no driver override), and so does its control at learning rate 1e-12 (``frozen``, a recipe
+``--set``); with ``--flipped`` also the run whose advantages have their sign flipped. The analysis is the TRL half's
+(``spatialiq_train.core.learning``): the lift over the control, averaged over the last third of the steps, per seed
+with a t-interval over the paired steps and across seeds with a t-interval, for the total reward (0-1, unshaped) and
+for each reward of ``REWARD_CURVES`` (per optimizer step, from the training environment's metrics rows of the
+batches that step generated). The final checkpoints of RL and control are converted (``spatialiq nemo convert``) and
+scored on the held-out views as in the TRL half (``_heldout.py``). Writes ``learning_nemo.json`` (the SFT
+checkpoint's digest, the recipe ``--set`` values and the generated config's deciding values) and
+``learning_nemo.png`` under ``--out`` and prints the summary and the wall time. Exit status 0 when every seed's
+total-reward lift reaches 0.10, else 1.
 """
 
 from __future__ import annotations
