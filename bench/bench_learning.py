@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     data, traces = ensure_data(a.work, a.data, a.traces, a.parts)
     common = base_overrides(data, traces)
     sft = ensure_sft(a.work, a.sft, common, a.sft_steps)
-    sft_recipe = load_recipe(sft.parent / "recipe.yaml") if (sft.parent / "recipe.yaml").is_file() else None
+    sft_recipe = _sft_settings(sft)
     t_sft = time.perf_counter() - t_start
     recipe = load_recipe(REPO / "recipes" / "tiny_cpu.yaml", [*common, *a.overrides])
     weights = dict(recipe.reward.weights)
@@ -179,10 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                       panels=per_reward)
     record = {
         "engine": "trl", "recipe": "recipes/tiny_cpu.yaml", "seeds": a.seeds, "threshold": THRESHOLD,
-        "sft": {"checkpoint_digest": checkpoint_digest(sft), "given": a.sft is not None,
-                "steps": sft_recipe.sft.optimizer.max_steps if sft_recipe else None,
-                "learning_rate": sft_recipe.sft.optimizer.learning_rate if sft_recipe else None,
-                "max_examples": sft_recipe.data.max_examples if sft_recipe else None},
+        "sft": {"checkpoint_digest": checkpoint_digest(sft), "given": a.sft is not None, **sft_recipe},
         "data": {"parts": None if a.data else a.parts, "resolution": RESOLUTION if not a.data else None,
                  "heldout_split": a.heldout_split, "heldout_k": a.heldout_k,
                  "heldout_data_is_train_data": a.heldout_data is None},
@@ -200,6 +197,22 @@ def main(argv: list[str] | None = None) -> int:
     }
     (a.work / "learning.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
     return 0 if summary.learned(THRESHOLD) else 1
+
+
+def _sft_settings(sft: Path) -> dict[str, Any]:
+    """The SFT settings the checkpoint's run recorded (its run folder's recipe.yaml, read as YAML: a recipe written
+    by an older version may hold keys this one retires); empty when there is none."""
+    import yaml
+
+    path = sft.parent / "recipe.yaml"
+    if not path.is_file():
+        return {}
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    opt = (raw.get("sft") or {}).get("optimizer") or {}
+    keys = ("max_steps", "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps",
+            "global_batch_size", "lr_scheduler_type")
+    return {"recipe": str(path), **{k: opt[k] for k in keys if k in opt},
+            "max_examples": (raw.get("data") or {}).get("max_examples")}
 
 
 def _mean(summary: Any, field: str) -> float:

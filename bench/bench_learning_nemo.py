@@ -44,9 +44,9 @@ THRESHOLD = 0.10
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sft", type=Path, required=True, help="The SFT checkpoint (bench_learning.py's sft/final).")
-    ap.add_argument("--data", type=Path, required=True, help="The dataset root (bench_learning.py's data-train).")
-    ap.add_argument("--traces", type=Path, required=True, help="Its traces (bench_learning.py's traces).")
+    ap.add_argument("--sft", type=Path, help="The SFT checkpoint (bench_learning.py's sft/final); required.")
+    ap.add_argument("--data", type=Path, help="The dataset root (bench_learning.py's data-train); required.")
+    ap.add_argument("--traces", type=Path, help="Its traces (bench_learning.py's traces); required.")
     ap.add_argument("--heldout-data", type=Path, help="Dataset whose --heldout-split views are scored (default: "
                     "--data): structures no phase trains on.")
     ap.add_argument("--heldout-split", default="val")
@@ -56,9 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=Setting.steps, help="RL steps (default: the recipe's).")
     ap.add_argument("--flipped", action="store_true", help="also run the sign-flipped control")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--combine", type=Path, nargs="+", help="Only combine the --out folders of earlier runs (one "
+                    "seed each, say) into one report under --out; nothing is trained.")
     args = ap.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, args.out)
     for flag, path in (("--sft", args.sft), ("--data", args.data), ("--traces", args.traces)):
-        if not path.is_dir():
+        if path is None or not path.is_dir():
             ap.error(f"{flag} {path}: not a folder (run bench/bench_learning.py first; see --help)")
     if args.out.exists() and any(args.out.iterdir()):
         ap.error(f"--out {args.out} is not empty; give a new folder")
@@ -120,16 +124,10 @@ def applied_config(written: dict) -> dict:
 
 
 def run(args: argparse.Namespace, setting: Setting) -> int:
-    from _heldout import HELDOUT_KEYS, evaluate
+    from _heldout import evaluate
     from _learning import convert
 
-    from spatialiq_train.core.learning import (
-        REWARD_CURVES,
-        learning_summary,
-        paired_lift,
-        summary_lines,
-        write_curves_plot,
-    )
+    from spatialiq_train.core.learning import REWARD_CURVES
     from spatialiq_train.core.weights import checkpoint_digest
 
     start = time.monotonic()
@@ -157,25 +155,6 @@ def run(args: argparse.Namespace, setting: Setting) -> int:
     by = {v: {r["seed"]: r["reward"] for r in runs if r["variant"] == v} for v in variants}
     per_reward = {n: {v: {r["seed"]: r["rewards"][n] for r in runs if r["variant"] == v} for v in variants}
                   for n in REWARD_CURVES}
-    summary = learning_summary(by["rl"], by["frozen"])
-    reward_summaries = {n: learning_summary(per_reward[n]["rl"], per_reward[n]["frozen"]) for n in REWARD_CURVES}
-    lines = summary_lines(summary, THRESHOLD)
-    flipped = learning_summary(by["flipped"], by["frozen"]) if args.flipped else None
-    if flipped is not None:
-        lines += ["sign-flipped advantages vs frozen:", *summary_lines(flipped, THRESHOLD)[1:]]
-    for name, s in reward_summaries.items():
-        lines.append(f"{name}: lift {s.lift:+.3f} [{s.low:+.3f}, {s.high:+.3f}] "
-                     f"(seeds {', '.join(f'{x.lift:+.3f}' for x in s.seeds)})")
-    heldout_summary = None
-    if not args.no_heldout:
-        heldout_summary = {key: paired_lift({s: held["rl"][s][key] for s in args.seeds},
-                                            {s: held["frozen"][s][key] for s in args.seeds}) for key in HELDOUT_KEYS}
-        lines.append(f"held-out views ({args.heldout_split}, {args.heldout_k} samples each):")
-        lines += [f"  {key}: RL {v['rl']:.3f}, control {v['control']:.3f}, lift {v['lift']:+.3f} "
-                  f"[{v['low']:+.3f}, {v['high']:+.3f}]" for key, v in heldout_summary.items()]
-    wall = time.monotonic() - start
-    lines.append(f"wall {wall:.0f} s, {len(args.seeds)} seeds x {len(variants)} RL phases of {setting.steps} steps")
-    print("\n".join(lines))
     first = next(r for r in runs if r["variant"] == "rl")
     report = {"engine": "nemo-rl v0.7.0 grpo_train (CPU workers)", "recipe": "recipes/tiny_cpu.yaml",
               "sft": {"checkpoint": str(args.sft), "checkpoint_digest": checkpoint_digest(args.sft),
@@ -185,19 +164,93 @@ def run(args: argparse.Namespace, setting: Setting) -> int:
               "driver_overrides": list(setting.driver_overrides()),
               "generated_config": applied_config(first["written"]),
               "steps": setting.steps, "control_learning_rate": FROZEN_LR,
-              "seeds": args.seeds, "threshold": THRESHOLD, "wall_s": wall,
+              "seeds": args.seeds, "threshold": THRESHOLD, "wall_s": time.monotonic() - start,
               "phase_s": {f"{r['variant']}-seed{r['seed']}": r["wall_s"] for r in runs},
-              "summary": _asdict(summary), "flipped_summary": _asdict(flipped) if flipped else None,
-              "reward_summaries": {n: _asdict(s) for n, s in reward_summaries.items()},
               "curves": {v: by[v] for v in variants}, "reward_curves": per_reward,
-              "heldout": held, "heldout_summary": heldout_summary,
+              "heldout": held if not args.no_heldout else None,
               "heldout_data": str(args.heldout_data or args.data), "heldout_split": args.heldout_split,
               "heldout_k": args.heldout_k,
               "runs": [{k: r[k] for k in ("variant", "seed", "reward", "stopped_at")} for r in runs]}
-    (args.out / "learning_nemo.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    return finish(report, args.out)
+
+
+SAME_IN_EVERY_PART = ("sft", "generated_config", "driver_overrides", "steps", "control_learning_rate",
+                      "heldout_data", "heldout_split", "heldout_k")
+"""What parts of one benchmark run in separate processes (one seed each) must share to be combined."""
+
+
+def combine(parts: list[Path], out: Path) -> int:
+    """One report from the ``learning_nemo.json`` of several runs of this benchmark (e.g. one process per seed):
+    their curves and held-out numbers, summarised together (each part's own summaries are dropped)."""
+    reports = [json.loads((p / "learning_nemo.json").read_text(encoding="utf-8")) for p in parts]
+    base = reports[0]
+    for part, r in zip(parts[1:], reports[1:], strict=True):
+        for key in SAME_IN_EVERY_PART:
+            if r.get(key) != base.get(key):
+                raise SystemExit(f"--combine: {part} differs from {parts[0]} in {key!r}; these are not one run")
+    merged = {k: v for k, v in base.items() if k not in ("summary", "flipped_summary", "reward_summaries",
+                                                          "heldout_summary")}
+    merged["parts"] = [str(p) for p in parts]
+    merged["seeds"] = [s for r in reports for s in r["seeds"]]
+    if len(set(merged["seeds"])) != len(merged["seeds"]):
+        raise SystemExit(f"--combine: a seed appears in two parts ({merged['seeds']})")
+    merged["wall_s"] = {str(p): r["wall_s"] for p, r in zip(parts, reports, strict=True)}
+    merged["phase_s"] = {k: v for r in reports for k, v in r["phase_s"].items()}
+    merged["runs"] = [x for r in reports for x in r["runs"]]
+    merged["curves"] = {v: {s: c for r in reports for s, c in r["curves"][v].items()} for v in base["curves"]}
+    merged["reward_curves"] = {n: {v: {s: c for r in reports for s, c in r["reward_curves"][n][v].items()}
+                                   for v in base["reward_curves"][n]} for n in base["reward_curves"]}
+    merged["heldout"] = (None if base.get("heldout") is None else
+                         {v: {s: x for r in reports for s, x in r["heldout"][v].items()} for v in base["heldout"]})
+    out.mkdir(parents=True, exist_ok=True)
+    return finish(merged, out)
+
+
+def finish(report: dict, out: Path) -> int:
+    """Summarise a report's curves and held-out numbers (seeds as ints), print the lines, write
+    ``learning_nemo.json`` and ``learning_nemo.png`` under ``out``; 0 when every seed's total lift reaches 0.10."""
+    from _heldout import HELDOUT_KEYS
+
+    from spatialiq_train.core.learning import (
+        REWARD_CURVES,
+        learning_summary,
+        paired_lift,
+        summary_lines,
+        write_curves_plot,
+    )
+
+    def by_seed(d: dict) -> dict:
+        return {int(s): x for s, x in d.items()}
+
+    curves = {v: by_seed(c) for v, c in report["curves"].items()}
+    per_reward = {n: {v: by_seed(c) for v, c in report["reward_curves"][n].items()} for n in REWARD_CURVES}
+    summary = learning_summary(curves["rl"], curves["frozen"])
+    reward_summaries = {n: learning_summary(per_reward[n]["rl"], per_reward[n]["frozen"]) for n in REWARD_CURVES}
+    lines = summary_lines(summary, THRESHOLD)
+    flipped = learning_summary(curves["flipped"], curves["frozen"]) if "flipped" in curves else None
+    if flipped is not None:
+        lines += ["sign-flipped advantages vs frozen:", *summary_lines(flipped, THRESHOLD)[1:]]
+    for name, s in reward_summaries.items():
+        lines.append(f"{name}: lift {s.lift:+.3f} [{s.low:+.3f}, {s.high:+.3f}] "
+                     f"(seeds {', '.join(f'{x.lift:+.3f}' for x in s.seeds)})")
+    heldout_summary = None
+    if report.get("heldout"):
+        held = {v: by_seed(h) for v, h in report["heldout"].items()}
+        heldout_summary = {key: paired_lift({s: x[key] for s, x in held["rl"].items()},
+                                            {s: x[key] for s, x in held["frozen"].items()}) for key in HELDOUT_KEYS}
+        lines.append(f"held-out views ({report['heldout_split']}, {report['heldout_k']} samples each):")
+        lines += [f"  {key}: RL {v['rl']:.3f}, control {v['control']:.3f}, lift {v['lift']:+.3f} "
+                  f"[{v['low']:+.3f}, {v['high']:+.3f}]" for key, v in heldout_summary.items()]
+    lines.append(f"wall {report['wall_s']}, {len(curves['rl'])} seeds x {len(curves)} RL phases of "
+                 f"{report['steps']} steps")
+    print("\n".join(lines))
+    report = {**report, "summary": _asdict(summary), "flipped_summary": _asdict(flipped) if flipped else None,
+              "reward_summaries": {n: _asdict(s) for n, s in reward_summaries.items()},
+              "heldout_summary": heldout_summary}
+    (out / "learning_nemo.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     labels = {"rl": "RL", "frozen": "control (lr 1e-12)", "flipped": "sign-flipped"}
-    png = write_curves_plot(args.out / "learning_nemo.png", {labels[v]: by[v] for v in variants},
-                            f"NeMo-RL v0.7.0 grpo_train on the CPU, tiny_cpu: RL vs control, {len(args.seeds)} seeds",
+    png = write_curves_plot(out / "learning_nemo.png", {labels[v]: c for v, c in curves.items()},
+                            f"NeMo-RL v0.7.0 grpo_train on the CPU, tiny_cpu: RL vs control, {len(curves['rl'])} seeds",
                             panels={n: {labels[v]: c for v, c in per_reward[n].items()} for n in REWARD_CURVES})
     print(f"plot: {png}")
     return 0 if summary.learned(THRESHOLD) else 1
