@@ -63,6 +63,40 @@ def test_learning_summary_refuses_mismatched_seeds_or_lengths() -> None:
         L.learning_summary({0: [0.1, 0.2]}, {0: [0.1, 0.2, 0.3]})
 
 
+def test_reward_series_reads_each_reward_and_the_distance_among_formatted_answers() -> None:
+    rows = [_row(2, 0.5, 0.2, **{m.reward_metric("exact_match", "mean"): 0.25}), _row(1, 0.0, 0.0),
+            _row(1, 1.0, 1.0, phase="sft")]
+    assert L.reward_series(rows, "format") == [0.0, 0.5]
+    assert L.reward_series(rows, "exact_match") == [0.25]  # step 1 logged no exact match
+    formatted = L.reward_series(rows, L.FORMATTED_DISTANCE)
+    assert math.isnan(formatted[0]) and formatted[1] == pytest.approx(0.4)  # 0.2 of 0.5 formatted
+    assert L.REWARD_CURVES == ("format", "integer_distance", L.FORMATTED_DISTANCE, "exact_match")
+
+
+def test_seed_lift_leaves_out_steps_without_a_value() -> None:
+    nan = math.nan
+    s = L.seed_lift(0, [0.0, 0.0, 0.0, 0.0, 0.5, 0.7], [0.0, 0.0, 0.0, 0.0, 0.2, nan])  # last third: steps 5-6
+    assert (s.lift, s.rl_mean, s.control_mean) == pytest.approx((0.3, 0.5, 0.2))
+    assert math.isnan(L.seed_lift(1, [nan, nan, nan], [0.1, 0.2, 0.3]).lift)
+
+
+def test_paired_lift_is_the_mean_difference_with_a_t_interval_across_seeds() -> None:
+    out = L.paired_lift({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.4, 1: 0.4, 2: 0.4})
+    assert (out["rl"], out["control"], out["lift"]) == pytest.approx((0.6, 0.4, 0.2))
+    assert out["low"] == pytest.approx(0.2 - 4.302653 * 0.1 / math.sqrt(3), abs=1e-5) and out["high"] > 0.2
+    assert out["seeds"] == pytest.approx({0: 0.1, 1: 0.2, 2: 0.3})
+    with pytest.raises(ValueError, match="must be the same"):
+        L.paired_lift({0: 0.5}, {1: 0.5})
+
+
+def test_write_curves_plot_draws_one_panel_per_reward(tmp_path: Path) -> None:
+    curves = {"RL": {0: [0.1, 0.2, 0.3]}, "control": {0: [0.1, 0.1, 0.1]}}
+    png = L.write_curves_plot(tmp_path / "c.png", curves, "t", panels={n: curves for n in L.REWARD_CURVES})
+    from PIL import Image
+
+    assert Image.open(png).size[1] > Image.open(L.write_curves_plot(tmp_path / "one.png", curves, "t")).size[1]
+
+
 def test_write_curves_plot_writes_a_png(tmp_path: Path) -> None:
     out = L.write_curves_plot(tmp_path / "c.png", {"RL": {0: [0.1, 0.3, 0.5]}, "control": {0: [0.1, 0.1, 0.2]}},
                               "t")

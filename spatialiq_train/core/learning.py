@@ -3,7 +3,9 @@
 Input: per-step series of the mean total reward (the recipe's weighted reward sum, 0-1 scale), one series per seed
 for the RL runs and one per seed for their controls (same seeds, same code path, learning rate 0 or the smallest
 the recipe accepts). Any engine that logs the per-reward means per step can feed it (`total_reward_series` reads
-our metrics.jsonl rows: TRL's and the NeMo-RL loop's both use `reward/<name>/mean`).
+our metrics.jsonl rows: TRL's and the NeMo-RL loop's both use `reward/<name>/mean`). The same lift is computed for
+each reward of :data:`REWARD_CURVES` (:func:`reward_series`): the total reward alone cannot tell a policy that writes
+the answer tag more often from one that counts better, since the integer distance pays 0 without the tag.
 
 The lift of one seed is the mean over the last third of the RL steps of (RL reward - control reward) at the same
 step; its interval is a Student-t interval over those paired per-step differences. The lift across seeds is the
@@ -41,6 +43,35 @@ def total_reward_series(rows: Sequence[Mapping[str, Any]], weights: Mapping[str,
         if row.get("phase", phase) != phase or any(k not in row for k in keys.values()):
             continue
         by_step[int(row["step"])] = sum(float(w) * float(row[keys[n]]) for n, w in weights.items())
+    return [by_step[s] for s in sorted(by_step)]
+
+
+FORMATTED_DISTANCE = "integer_distance_formatted"
+"""The mean integer distance among well-formatted completions: `integer_distance` / `format` (the distance pays 0
+without the format and `format` is 0 or 1 per completion, so the ratio of the two means is exactly that mean)."""
+REWARD_CURVES: tuple[str, ...] = ("format", "integer_distance", FORMATTED_DISTANCE, "exact_match")
+"""The per-reward curves the learning benchmarks report: the format rate, the integer distance (0 without the
+format), the integer distance among well-formatted answers and the exact match (the weight-0 accuracy term)."""
+
+
+def formatted_distance(integer_distance: float, format_rate: float) -> float:
+    """Mean integer distance among well-formatted completions from the two means; NaN when none was formatted."""
+    return integer_distance / format_rate if format_rate > 0 else math.nan
+
+
+def reward_series(rows: Sequence[Mapping[str, Any]], name: str, phase: str = "rl", prefix: str = "") -> list[float]:
+    """Per logged step of `phase`, the mean of reward `name` (`reward/<name>/mean`, or `prefix` + that for the
+    validation rows); :data:`FORMATTED_DISTANCE` is computed per step from the `integer_distance` and `format` means
+    (:func:`formatted_distance`, NaN at a step where nothing was formatted). Rows without the needed means are
+    skipped; ordered by step, a repeated step keeps its last row."""
+    needed = ("integer_distance", "format") if name == FORMATTED_DISTANCE else (name,)
+    keys = [prefix + reward_metric(n, "mean") for n in needed]
+    by_step: dict[int, float] = {}
+    for row in rows:
+        if row.get("phase", phase) != phase or any(k not in row for k in keys):
+            continue
+        values = [float(row[k]) for k in keys]
+        by_step[int(row["step"])] = formatted_distance(*values) if name == FORMATTED_DISTANCE else values[0]
     return [by_step[s] for s in sorted(by_step)]
 
 
@@ -104,6 +135,11 @@ def seed_lift(seed: int, rl: Sequence[float], control: Sequence[float]) -> SeedL
         raise ValueError(f"seed {seed}: the RL run logged {len(rl)} steps, its control {len(control)}")
     window = last_third(len(rl))
     a, b = np.asarray(rl, dtype=np.float64)[window], np.asarray(control, dtype=np.float64)[window]
+    ok = np.isfinite(a) & np.isfinite(b)  # a step without a value (nothing formatted) is left out of both
+    if not ok.any():
+        nan = math.nan
+        return SeedLift(seed, nan, nan, nan, nan, nan)
+    a, b = a[ok], b[ok]
     lift, low, high = t_interval(a - b)
     return SeedLift(seed, float(a.mean()), float(b.mean()), lift, low, high)
 
@@ -138,17 +174,24 @@ def summary_lines(summary: LearningSummary, threshold: float) -> list[str]:
     return lines
 
 
-def write_curves_plot(path: str | Path, curves: Mapping[str, Mapping[int, Sequence[float]]], title: str) -> Path:
-    """A PNG of reward curves: one colour per label (e.g. `RL`, `control`, `RL held-out`), one thin line per seed and
-    a thick line for the mean over seeds; the last-third window shaded. Returns the path."""
-    import matplotlib
+def paired_lift(rl: Mapping[int, float], control: Mapping[int, float]) -> dict[str, Any]:
+    """One number per seed for the RL run and its control (e.g. a held-out score of the final checkpoints): their
+    means, the mean difference (`lift`) with a Student-t interval across seeds (`low`, `high`) and each seed's
+    difference (`seeds`). Same seeds on both sides, non-empty; a NaN seed (no value) is left out."""
+    if set(rl) != set(control) or not rl:
+        raise ValueError(f"RL seeds {sorted(rl)} and control seeds {sorted(control)} must be the same, non-empty")
+    seeds = [s for s in sorted(rl) if math.isfinite(rl[s]) and math.isfinite(control[s])]
+    diffs = {s: float(rl[s] - control[s]) for s in seeds}
+    if not seeds:
+        nan = math.nan
+        return {"rl": nan, "control": nan, "lift": nan, "low": nan, "high": nan, "seeds": {}}
+    lift, low, high = t_interval(list(diffs.values()))
+    return {"rl": float(np.mean([rl[s] for s in seeds])), "control": float(np.mean([control[s] for s in seeds])),
+            "lift": lift, "low": low, "high": high, "seeds": diffs}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+def _draw_curves(ax: Any, curves: Mapping[str, Mapping[int, Sequence[float]]]) -> int:
+    """One colour per label, a thin line per seed and a thick one for the mean; returns the longest mean's length."""
     n_max = 0
     for i, (label, series) in enumerate(curves.items()):
         colour = f"C{i}"
@@ -158,15 +201,38 @@ def write_curves_plot(path: str | Path, curves: Mapping[str, Mapping[int, Sequen
         if len(lengths) == 1 and series:
             n = lengths.pop()
             n_max = max(n_max, n)
-            mean = np.mean(np.asarray(list(series.values()), dtype=np.float64), axis=0)
+            mean = np.nanmean(np.asarray(list(series.values()), dtype=np.float64), axis=0)
             ax.plot(range(1, n + 1), mean, color=colour, linewidth=2.0, label=f"{label} (mean of {len(series)})")
     if n_max:
         window = last_third(n_max)
         ax.axvspan(window.start + 0.5, n_max + 0.5, color="0.9", zorder=0, label="last third (lift window)")
+    return n_max
+
+
+def write_curves_plot(path: str | Path, curves: Mapping[str, Mapping[int, Sequence[float]]], title: str,
+                      panels: Mapping[str, Mapping[str, Mapping[int, Sequence[float]]]] | None = None) -> Path:
+    """A PNG of reward curves: one colour per label (e.g. `RL`, `control`, `RL held-out`), one thin line per seed and
+    a thick line for the mean over seeds; the last-third window shaded. With `panels` (reward name -> curves by
+    label, e.g. :data:`REWARD_CURVES`), one more panel per reward below the total. Returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    extra = list((panels or {}).items())
+    fig, axes = plt.subplots(1 + len(extra), 1, figsize=(6.4, 3.6 + 2.4 * len(extra)), dpi=100, squeeze=False)
+    ax = axes[0][0]
+    _draw_curves(ax, curves)
     ax.set_xlabel("RL step")
     ax.set_ylabel("mean total reward (0-1)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="best")
+    for row, (name, panel) in zip(axes[1:], extra, strict=True):
+        _draw_curves(row[0], panel)
+        row[0].set_ylabel(name, fontsize=8)
+        row[0].set_xlabel("RL step")
     fig.tight_layout()
     fig.savefig(out, format="png")
     plt.close(fig)

@@ -23,6 +23,7 @@ events.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -175,6 +176,8 @@ class RewardLog:
     def __init__(self) -> None:
         self.per_step: list[float] = []
         self.pending: list[float] = []
+        self.step_samples: list[int] = []
+        """Per optimizer step, how many samples it generated (the rows of the environment's metrics file it spans)."""
 
     @contextmanager
     def installed(self) -> Iterator[None]:
@@ -182,12 +185,14 @@ class RewardLog:
 
         real = grpo.dynamic_sampling
 
+        @functools.wraps(real)  # v0.7.0's signature, which the per-view grouping's patch check compares
         def dynamic_sampling(repeated_batch: Any, *args: Any, **kwargs: Any) -> Any:
             rewards = repeated_batch.get("unshaped_total_reward", repeated_batch["total_reward"])
             self.pending.extend(float(r) for r in rewards)
             out = real(repeated_batch, *args, **kwargs)
             if out[1]:  # the batch is complete: this optimizer step trains on it
                 self.per_step.append(sum(self.pending) / len(self.pending))
+                self.step_samples.append(len(self.pending))
                 self.pending.clear()
             return out
 
@@ -316,4 +321,5 @@ def rl_run(root: Path, data: Data, init: Path, setting: Setting, variant: str, s
     return {"variant": variant, "seed": seed, "config": cfg, "written": written, "reward": log.per_step,
             "stopped_at": stopped_at, "val_accuracy": scalars(log_dir, "validation/accuracy"),
             "vision_share": scalars(log_dir, "train/vision_token_masked_share"),
-            "train": list(LOG["train"])}
+            "train": list(LOG["train"]), "step_samples": list(log.step_samples),
+            "env_metrics": sorted(log_dir.rglob("spatialiq_metrics.jsonl"))}

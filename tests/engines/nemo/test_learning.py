@@ -21,13 +21,16 @@ import torch
 from spatialiq_train.core.learning import learning_summary
 
 SEED = 0
-SETTING = _learning.Setting(steps=16, sft_steps=50)
-"""16 RL steps of ``spatialiq recipes nemo-rl tiny_cpu`` as generated (its learning rate 5e-4 and its batch of
-4 prompts x 8 completions, the TRL recipe's; no learning-rate or batch override), after 50 SFT steps at 2e-3."""
-MARGIN = 0.05
-"""The lift RL must exceed and the sign-flipped run must stay below: the TRL test's margin (3 x the TRL benchmark's
-seed-to-seed standard deviation of the lift, rounded up), which is also above 3 x the NeMo-RL benchmark's (see
-docs/training.md). A run that learned nothing plus noise of that size stays below it."""
+SETTING = _learning.Setting(steps=16, sft_steps=100)
+"""16 RL steps of ``spatialiq recipes nemo-rl tiny_cpu`` as generated (its learning rate 5e-4, its batch of 4 prompts
+x 8 completions, its advantage; no learning-rate or batch override), after 100 SFT steps at 2e-3: the main suite
+test's setting (tests/test_learning.py), so the two engines' CI tests run one recipe the same way."""
+MARGIN = 0.041
+"""The main suite test's margin: 3 x the seed-to-seed standard deviation of that test's lift (TRL, RL seeds 0-4: 0.073,
+0.065, 0.078, 0.067, 0.043). This test's own lifts for RL seeds 0-4 were 0.074, 0.058, 0.058, 0.060, 0.072, and
+every sign-flipped run fell to reward 0 by step 9 (lift -0.66); seed 0 here gives 0.074 where TRL's gives 0.073. Its
+seeds are not independent draws (the runs share their first ten steps' rewards), so its own spread would understate
+the noise and the TRL spread is used. RL must exceed the margin and the sign-flipped run must fall below minus it."""
 
 
 @pytest.fixture(scope="module")
@@ -55,4 +58,4 @@ def test_rl_beats_its_frozen_control_and_the_sign_flipped_run_does_not(runs: dic
     print(f"lift {lift:.3f}, sign-flipped lift {flipped_lift:.3f}, rewards {detail}, flipped stopped at "
           f"{runs['flipped']['stopped_at']}, masked vision share per step (rl) {runs['rl']['vision_share']}")
     assert lift > MARGIN, (lift, detail)
-    assert flipped_lift < MARGIN, (flipped_lift, detail)
+    assert flipped_lift < -MARGIN, (flipped_lift, detail)
