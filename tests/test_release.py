@@ -166,7 +166,7 @@ def test_release_loads_and_generates_like_the_run(tiny_run: Path, tmp_path: Path
     assert "12544" in budget and "3136" in budget  # tiny_cpu's pixel budget
     assert _greedy(out) == _greedy(tiny_run / "final")
     text = (out / "README.md").read_text()
-    assert "| `rl.optimizer.learning_rate` | 0.001 | 0.0001 |" in text and "| maj@10 | 0.3125 | 64 |" in text
+    assert "| `rl.optimizer.learning_rate` | 0.0005 | 0.0001 |" in text and "| maj@10 | 0.3125 | 64 |" in text
     res = CliRunner().invoke(app, ["release", "--verify", str(out)])
     assert res.exit_code == 0, res.output
     if importlib.util.find_spec("torchvision") is None:  # stock AutoProcessor cannot build it here: never "verified"
