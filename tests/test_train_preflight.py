@@ -129,6 +129,9 @@ def test_rl_only_keys_may_change_until_rl_starts(tmp_path: Path) -> None:
         _write_run_recipe(tiny_recipe(["rl.beta=0.5", "vllm.gpu_memory_utilization=0.5",
                                        "reward.weights={format: 1}", "sft.optimizer.learning_rate=0.5"]), tmp_path)
     (tmp_path / "rl" / "checkpoint-2").mkdir(parents=True)
+    # a complete checkpoint (its trainer_state.json, written last): an incomplete one would be set aside on resume,
+    # the RL phase restarting from its first step, and RL-only keys could still change (tests/test_train_checkpoints)
+    (tmp_path / "rl" / "checkpoint-2" / "trainer_state.json").write_text("{}", encoding="utf-8")
     with pytest.raises(RecipeError, match=r"rl\.beta differ and the RL phase has started"):
         _write_run_recipe(tiny_recipe(["vllm.gpu_memory_utilization=0.5", "reward.weights={format: 1}"]), tmp_path)
 

@@ -247,7 +247,9 @@ def test_the_checkpoint_converts_and_samples(runs: dict[str, Any], tmp_path: Pat
                                  "--max-new-tokens", "8"])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in completions.read_text().splitlines()]
-    assert len(rows) == 2 and all(isinstance(r["text"], str) and r["text"] for r in rows)
+    # a sampled completion may be empty (the tiny policy can draw its end-of-text token first); both requests are
+    # answered with text, and the converted model generates
+    assert len(rows) == 2 and all(isinstance(r["text"], str) for r in rows) and any(r["text"] for r in rows)
 
 
 def test_a_killed_run_resumes_where_it_stopped(runs: dict[str, Any], cpu_workers: pytest.MonkeyPatch) -> None:
