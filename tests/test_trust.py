@@ -364,3 +364,23 @@ def test_without_flock_the_recorded_pid_decides(tmp_path: Path, monkeypatch: pyt
     with output_lock(out, "--out", note=notes.append):
         assert json.loads(lock_path(out).read_text())["pid"] == os.getpid()
     assert len(notes) == 1 and f"pid {live.pid}" in notes[0] and not lock_path(out).exists()
+
+
+def test_a_distributed_run_is_one_writer_rank_0_holds_the_run_folder_lock(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rank of `accelerate launch spatialiq train sft` opens the same run folder: rank 0 takes the lock, the
+    others take none (each taking it refused every rank but one, the DeepSpeed ZeRO-3 runs among them)."""
+    from spatialiq_train.cli.train import _writing
+    from spatialiq_train.core.lock import OutputLockedError, lock_path
+
+    run = tmp_path / "run"
+    monkeypatch.setenv("RANK", "0")
+    with _writing(run):
+        assert lock_path(run).is_file()
+        monkeypatch.setenv("RANK", "1")
+        with _writing(run):  # the same job's rank 1: no lock of its own, not refused
+            pass
+        monkeypatch.delenv("RANK")
+        with pytest.raises(OutputLockedError, match="run folder"), _writing(run):  # a second, separate run
+            pass
+    assert not lock_path(run).exists()

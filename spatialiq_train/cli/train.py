@@ -7,6 +7,8 @@ rl.init_from=runs/sft_cot/final`.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import typer
@@ -34,12 +36,15 @@ def _out(recipe, out: Path | None, leaf: str) -> Path:  # noqa: ANN001
 
 
 def _writing(run_dir: Path):  # noqa: ANN202
-    """The lock of a run folder (one writer per output, docs/trust.md), and what Ctrl-C keeps."""
+    """The lock of a run folder (one writer per output, docs/trust.md), and what Ctrl-C keeps. Under a distributed
+    launch the job is the writer: global rank 0 holds the lock, the other ranks (the same run) take none."""
     from spatialiq_train.cli.steps import on_interrupt
     from spatialiq_train.core.lock import output_lock
 
     on_interrupt(f"the complete checkpoints under {run_dir} are kept (one cut off mid-save is set aside at the next "
                  "run); rerun the same command to resume from the newest complete one")
+    if os.environ.get("RANK", "0") != "0":  # a launcher's other ranks (accelerate, torchrun): one job, one writer
+        return contextlib.nullcontext()
     return output_lock(run_dir, "run folder")
 
 
