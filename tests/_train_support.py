@@ -7,7 +7,9 @@ import atexit
 import functools
 import hashlib
 import json
+import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -92,3 +94,19 @@ def state_digest(state: dict[str, Any]) -> str:
 def model_digest(model: Any) -> str:
     """`state_digest` of an (unwrapped) model's parameters and buffers."""
     return state_digest(dict(model.state_dict()))
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback address (for a launcher's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launcher_env() -> dict[str, str]:
+    """The environment of a multi-process launch (`accelerate launch`): one OpenMP thread, offline, the project and
+    tests/ on the path, and no WORLD_SIZE inherited from an outer launch."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env.pop("WORLD_SIZE", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
+    return env

@@ -9,32 +9,20 @@ inside v0.7.0's real estimator and against v0.7.0's own function (tests/engines/
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _advantage_cases import CASES, COMBINATIONS
 from _train_support import tiny_model_dir, tiny_recipe, write_traces
 
-from spatialiq_train.core.advantages import BASELINES, STDS, advantages, baseline_and_std
+from spatialiq_train.core.advantages import advantages, baseline_and_std
 from spatialiq_train.core.recipe_model import RLSection
 from spatialiq_train.core.recipes import RecipeError, recipe_from_dict
 from spatialiq_train.nemo.grouping import view_baseline
 from spatialiq_train.nemo.recipe_values import adv_estimator
 from spatialiq_train.train.advantages import recipe_advantages
-
-COMBINATIONS = list(itertools.product(BASELINES, STDS))
-# (name, group size, rewards, valid flags or None)
-CASES = [
-    ("one correct of 8", 8, [1, 0, 0, 0, 0, 0, 0, 0], None),
-    ("all equal", 4, [0.55] * 4 + [0.0] * 4, None),
-    ("spread", 4, [0.1, 0.82, 1.0, 0.46, 0.3, 0.1, 0.3, 0.2], None),
-    ("G = 2", 2, [1.0, 0.0, 0.3, 0.3, 0.9, 0.2], None),
-    ("one valid sample", 4, [1.0, 0.2, 0.7, 0.0, 0.4, 0.9, 0.1, 0.6], [1, 0, 0, 0, 1, 1, 1, 1]),
-    ("masked samples", 4, [1.0, 0.2, 0.7, 0.0, 0.4, 0.9, 0.1, 0.6], [1, 1, 0, 1, 0, 1, 1, 1]),
-    ("shaped (overlong penalty)", 4, [1.0, 0.1 - 0.25, 0.1, 0.1 - 1.0], None),
-]
 
 
 def _nemo_path(rewards: list[float], g: int, baseline: str, std: str, valid: list[int] | None) -> np.ndarray:

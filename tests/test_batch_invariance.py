@@ -17,16 +17,14 @@ many weights by ~lr (asserted too, so the comparison is not vacuous).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _train_support import REPO, tiny_model_dir, write_traces
+from _train_support import REPO, free_port, launcher_env, tiny_model_dir, write_traces
 
 WORKER = REPO / "tests" / "_batch_invariance_worker.py"
 ACCELERATE_CONFIG = REPO / "recipes" / "accelerate" / "ddp_2cpu.yaml"
@@ -38,17 +36,6 @@ so a gradient of another sign or size would move it by ~lr; float32 summation or
 except where |g| is near eps (measured up to ~2e-6 on one element of 8,192)."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _env() -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    env.pop("WORLD_SIZE", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
-    return env
 
 
 def _launch(out: Path, world: int, micro: str, model: str, data: Path) -> None:
@@ -58,8 +45,8 @@ def _launch(out: Path, world: int, micro: str, model: str, data: Path) -> None:
     else:
         launcher = Path(sys.executable).parent / "accelerate"
         cmd = [str(launcher) if launcher.exists() else "accelerate", "launch", "--config_file",
-               str(ACCELERATE_CONFIG), "--main_process_port", str(_free_port()), *args]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600, cwd=REPO)
+               str(ACCELERATE_CONFIG), "--main_process_port", str(free_port()), *args]
+    proc = subprocess.run(cmd, env=launcher_env(), capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _train_support import REPO, tiny_model_dir, write_traces
+from _train_support import REPO, free_port, launcher_env, tiny_model_dir, write_traces
 
 from spatialiq_train.core.metrics import read_metrics
 
@@ -24,16 +23,6 @@ ACCELERATE_CONFIG = REPO / "recipes" / "accelerate" / "ddp_2cpu.yaml"
 COUNTS = ("kept_groups", "dropped_groups", "filler_groups")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _env() -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +37,10 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
     out.mkdir()
     launcher = str(Path(sys.executable).parent / "accelerate")
     cmd = [launcher if os.path.exists(launcher) else "accelerate", "launch", "--config_file", str(ACCELERATE_CONFIG),
-           "--main_process_port", str(_free_port()), str(WORKER),
+           "--main_process_port", str(free_port()), str(WORKER),
            "--model", tiny_model_dir(), "--data", str(root), "--out", str(out)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600, cwd=REPO)
+    proc = subprocess.run(cmd, env=launcher_env(), capture_output=True, text=True, timeout=600, cwd=REPO)
     wall = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     reports = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]

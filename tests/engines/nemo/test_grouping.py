@@ -11,14 +11,13 @@ those the TRL path's filter keeps."""
 
 from __future__ import annotations
 
-import itertools
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
+from _advantage_cases import CASES, COMBINATIONS
 
-from spatialiq_train.core.advantages import BASELINES, STDS
 from spatialiq_train.core.errors import UserError
 from spatialiq_train.core.groups import filter_groups
 from spatialiq_train.nemo.grouping import (
@@ -37,17 +36,6 @@ GRID = [[1.0, 0.0, 0.0, 0.0],      # one right answer: v0.7.0's per-sample filte
         [0.1, 0.82, 1.0, 0.46],
         [0.0, 0.0, 0.0, 0.0],      # all agree
         [0.3, 0.1, 0.3, 0.2]]
-COMBINATIONS = list(itertools.product(BASELINES, STDS))
-# (name, group size, rewards, valid flags or None): the degenerate views of the issue
-CASES = [
-    ("one correct of 8", 8, [1, 0, 0, 0, 0, 0, 0, 0], None),
-    ("all equal", 4, [0.55] * 4 + [0.0] * 4, None),
-    ("spread", 4, [0.1, 0.82, 1.0, 0.46, 0.3, 0.1, 0.3, 0.2], None),
-    ("G = 2", 2, [1.0, 0.0, 0.3, 0.3, 0.9, 0.2], None),
-    ("one valid sample", 4, [1.0, 0.2, 0.7, 0.0, 0.4, 0.9, 0.1, 0.6], [1, 0, 0, 0, 1, 1, 1, 1]),
-    ("masked samples", 4, [1.0, 0.2, 0.7, 0.0, 0.4, 0.9, 0.1, 0.6], [1, 1, 0, 1, 0, 1, 1, 1]),
-    ("shaped (overlong penalty)", 4, [1.0, 0.1 - 0.25, 0.1, 0.1 - 1.0], None),
-]
 
 
 def _master(prompts: int, loo: bool = True, dynamic: bool = True) -> Any:
