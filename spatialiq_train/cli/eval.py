@@ -216,6 +216,7 @@ def score(
     from eval.hierarchy import check_convention
     from eval.paper.accuracy import convention_for
     from eval.provenance import MODEL_KEYS
+    from eval.score_input import prepare
     from spatialiq_train.cli.options import raw_files
     from spatialiq_train.core.errors import UserError
 
@@ -229,12 +230,13 @@ def score(
         raise UserError("eval score needs --completions, --data and --name (or --raw FILE for predictions files)")
     _check_score_options(mode, parse, k, min_coverage, name, limit)
     scenes, records, sampled = _read_sampled(completions, data, split, limit)
-    k = scoring.resolve_k(records, k, completions)
-    preds = scoring.collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
-    scoring.require_matches(preds, records, data)
-    warning = scoring.check_coverage(preds, min_coverage, completions)
-    if warning:
-        typer.echo(f"warning: {warning}", err=True)
+    scored = prepare(records, mode, k, sampled, completions)  # mode from provenance, stray lines, numbering, k
+    preds = scoring.collect_predictions(scenes, scored.records, scored.mode, scored.k, parse)  # type: ignore[arg-type]
+    preds.counts.update(scored.counts)
+    scoring.require_matches(preds, scored.records, data)
+    for text in [*scored.notes, scoring.check_coverage(preds, min_coverage, completions)]:
+        if text:
+            typer.echo(f"warning: {text}", err=True)
     metrics = scoring.score_predictions(preds, name, conv)
     metrics.update({key: (sampled or {}).get(key) for key in MODEL_KEYS})  # the weights `release` ties them to
     _write_scored(out, name, metrics, scoring.first_sample_table(preds, name), group, note)
