@@ -27,7 +27,7 @@ from eval.completions import Completion, Key
 from eval.sample import Mode
 from eval.score import resolve_k
 from spatialiq_train.core.errors import UserError
-from spatialiq_train.core.tasks import INTEGER_TASKS
+from spatialiq_train.core.tasks import INTEGER_TASKS, TASKS
 
 MODES: tuple[str, ...] = ("from-trace", "independent")
 SHOWN = 3
@@ -104,6 +104,10 @@ def set_aside_strays(completions: Mapping[Key, Completion], mode: Mode, origin: 
     kept = {key: c for key, c in completions.items() if c.task in wanted}
     stray = sorted((c for c in completions.values() if c.task not in wanted), key=lambda c: c.line)
     said = f"mode {mode} (from {origin})"
+    unknown = [c for c in stray if c.task not in TASKS]
+    if not kept and unknown:
+        raise UserError(f"{source}: {_named(unknown)}: {unknown[0].task!r} is not a task id (valid: "
+                        f"{', '.join(TASKS)}); correct the task of these lines")
     if not kept:
         raise UserError(f"{source}: no line asks a task that {said} scores ({', '.join(sorted(wanted))}); e.g. "
                         f"{_named(stray)}: the file was sampled another way: pass the --mode it was sampled in")
