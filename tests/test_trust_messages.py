@@ -81,19 +81,23 @@ def test_version() -> None:
     assert res.exit_code == 0 and res.output.strip() == f"spatialiq-train {PROJECT_VERSION}"
 
 
-def test_an_interrupted_demo_step_says_it_was_interrupted_and_what_was_kept(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize(("signal_exc", "code"), [(KeyboardInterrupt(), 130), (SystemExit(143), 143)])
+def test_an_interrupted_demo_step_says_it_was_interrupted_and_what_was_kept(tmp_path: Path, monkeypatch,
+                                                                             signal_exc: BaseException,
+                                                                             code: int) -> None:
+    """Ctrl-C (exit 130), or SIGTERM in a step holding an output lock (which unwinds it as exit 143)."""
     import data_gen.split_check
     import spatialiq_train.cli.demo as demo_mod
 
-    def interrupted(dirs):  # noqa: ANN001, ANN202 - Ctrl-C while the step runs
-        raise KeyboardInterrupt
+    def interrupted(dirs):  # noqa: ANN001, ANN202 - the signal arrives while the step runs
+        raise signal_exc
 
     steps = [["recipes", "validate", "recipes/tiny_cpu.yaml"], ["check-splits", str(tmp_path)]]
     monkeypatch.setattr(demo_mod, "demo_steps", lambda *a, **k: steps)
     monkeypatch.setattr(data_gen.split_check, "check_splits", interrupted)
     monkeypatch.chdir(REPO)
     res = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")])
-    assert res.exit_code == 130 and "failed (exit 130" not in res.output, res.output
+    assert res.exit_code == code and f"failed (exit {code}" not in res.output, res.output
     said = _flat(res.output)
     assert "interrupted: the demo stopped at step [2/2] (check-splits); step 1 finished and is kept" in said
     assert "rerun the same demo command to continue" in said

@@ -200,7 +200,12 @@ def run_steps(ctx: typer.Context, steps: list[list[str]], background: dict[int, 
                 _join(children, lines)
             typer.secho(f"{label} spatialiq {shlex.join(args)}", bold=True)
             wall, cpu = time.perf_counter(), time.process_time()
-            rc = run_step(ctx, args, verbose)
+            try:
+                rc = run_step(ctx, args, verbose)
+            except SystemExit as exc:  # SIGTERM in a step holding an output lock unwinds it as an exit (143)
+                if exc.code not in INTERRUPTED:
+                    raise
+                rc = int(exc.code)  # type: ignore[arg-type]
             if rc in INTERRUPTED:
                 typer.echo(f"interrupted: the demo stopped at step {label} ({_name(args)}); {_kept(n, steps)}",
                            err=True)
