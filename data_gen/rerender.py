@@ -3,11 +3,11 @@
 The recorded sha256s (``data_gen.verify``) prove that the bytes on disk are the bytes that were written; they
 cannot prove that what was written was a finished render. An image kept from a render cut short (Mitsuba winds a
 render down on SIGINT and returns a partial image) has a recorded sha256 of its own. So ``gen --verify`` also
-renders ``--rerender N`` structures of every complete shard again (evenly spaced over the shard, its first and last
-included; every structure when N is at least the shard's size; none with 0) and compares each of their 16
-``view.png`` with the fresh render, byte for byte. It needs this machine to render what the dataset records
-(renderer, variant, version and device: ``data_gen.identity``); elsewhere the re-render is skipped with a note
-saying why.
+renders ``--rerender N`` structures of every complete shard again (N = 1: its first; for N >= 2 evenly spaced over
+the shard, its first and last included; every structure when N is at least the shard's size; none with 0) and
+compares each of their 16 ``view.png`` with the fresh render, byte for byte. It needs this machine to render what
+the dataset records (renderer, variant, version and device: ``data_gen.identity``); elsewhere the re-render is
+skipped with a note saying why.
 """
 
 from __future__ import annotations
