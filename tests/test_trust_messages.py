@@ -99,7 +99,7 @@ def test_an_interrupted_demo_step_says_it_was_interrupted_and_what_was_kept(tmp_
     res = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")])
     assert res.exit_code == code and f"failed (exit {code}" not in res.output, res.output
     said = _flat(res.output)
-    assert "interrupted: the demo stopped at step [2/2] (check-splits); step 1 finished and is kept" in said
+    assert "interrupted: the demo stopped at step [2/2] (check-splits); what step 1 wrote is kept" in said
     assert "rerun the same demo command to continue" in said
 
 

@@ -187,7 +187,7 @@ def run_steps(ctx: typer.Context, steps: list[list[str]], background: dict[int, 
     try:
         for n, args in enumerate(steps, 1):
             label = f"[{n}/{len(steps)}]"
-            on_interrupt(_kept(n, steps))
+            on_interrupt(_kept(n))
             if background and n - 1 in background:
                 assert logs is not None
                 child = _Child(label, args, background[n - 1], logs / f"{n:02d}-{_name(args).replace(' ', '-')}.log",
@@ -207,7 +207,7 @@ def run_steps(ctx: typer.Context, steps: list[list[str]], background: dict[int, 
                     raise
                 rc = int(exc.code)  # type: ignore[arg-type]
             if rc in INTERRUPTED:
-                typer.echo(f"interrupted: the demo stopped at step {label} ({_name(args)}); {_kept(n, steps)}",
+                typer.echo(f"interrupted: the demo stopped at step {label} ({_name(args)}); {_kept(n)}",
                            err=True)
                 raise typer.Exit(code=rc)
             if rc:
@@ -228,10 +228,11 @@ INTERRUPTED = (130, 143)
 """Exit statuses of an interrupted step: SIGINT (Ctrl-C) and SIGTERM, as a shell reports them."""
 
 
-def _kept(n: int, steps: list[list[str]]) -> str:
+def _kept(n: int) -> str:
     """What an interruption at step ``n`` keeps, and how to go on."""
-    done = f"steps 1-{n - 1} finished and are kept" if n > 2 else ("step 1 finished and is kept" if n == 2 else
-                                                                  "no step had finished")
+    before = "step 1" if n == 2 else f"steps 1-{n - 1}"
+    done = "no step had finished" if n == 1 else f"what {before} wrote is kept (a background step still running " \
+        "is stopped and keeps what it had finished)"
     return (f"{done}; the interrupted step kept what it had finished (each output written aside and moved into "
             "place); rerun the same demo command to continue: finished steps are found done, the rest resume")
 
