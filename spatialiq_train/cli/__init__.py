@@ -61,7 +61,8 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, nemo_cli, release_cli, demo_cli, sweep_cli, fold_cli):
+_MODULES = (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, nemo_cli, release_cli, demo_cli, sweep_cli, fold_cli)
+for _module in _MODULES:
     _module.register(app)
 
 
