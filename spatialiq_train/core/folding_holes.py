@@ -108,3 +108,10 @@ def hole_key(hole: Hole) -> tuple[int, str, str, str]:
 def simulate(steps: Sequence[Fold], punches: Sequence[Hole]) -> Unfolded:
     """Fold, punch and unfold: the whole task in one call."""
     return punch_and_unfold(fold_steps(steps), punches)
+
+
+def covered_locations(sheet: FoldedSheet) -> set[int]:
+    """The open sheet's locations that the folded sheet covers (where a punch finds paper)."""
+    last = sheet.poses[-1]
+    points = {pose_point(p, centroid(triangle_vertices(loc))) for p, loc in zip(last, LOCATIONS, strict=True)}
+    return {loc for pt in points if (loc := location_at(pt, sheet.open_origin)) is not None}
