@@ -112,6 +112,11 @@ def test_wrong_layouts_are_refused_naming_what_is_missing(tmp_path: Path) -> Non
     (tmp_path / "img" / "T_1" / "img" / "T_1_punching_holes.png").unlink()
     with pytest.raises(BenchmarkLayoutError, match="T_1_punching_holes.png is missing"):
         adapter.load(records, tmp_path / "img")
+    data = json.loads(records.read_text())
+    data[0]["id"] = "../T_1"
+    (tmp_path / "escape.json").write_text(json.dumps(data))
+    with pytest.raises(BenchmarkLayoutError, match="'../T_1' is not a plain file name"):
+        adapter.load(tmp_path / "escape.json", tmp_path / "img")
 
 
 def test_the_released_records_read_and_score_in_place() -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.external import chains
-from eval.external.base import BenchmarkLayoutError, Item, Scored
+from eval.external.base import BenchmarkLayoutError, Item, Scored, plain_name
 from eval.external.prompts import MENTALBLACKBOARD_IMAGE_SENTENCES, MENTALBLACKBOARD_PREDICTION_TEMPLATE
 from spatialiq_train.core.folding import FoldError, Hole
 from spatialiq_train.core.folding_answers import step_sentence
@@ -140,7 +140,7 @@ class MentalBlackboard:
                 folds = "\n".join(step_sentence(n, s) for n, s in enumerate(steps, 1))
                 text = f"\n\n        The paper is folded by the following actions, in order:\n{folds}"
                 items.append(Item(rid, prompt.replace(MENTALBLACKBOARD_IMAGE_SENTENCES, text), None, (), truth))
-            elif (images / rid / "img").is_dir():
+            elif (images / plain_name(rid, where) / "img").is_dir():
                 fold_types = [str(f["foldType"]) for f in record["foldingTypes"]]
                 items.append(Item(rid, prompt, None, step_images(images / rid / "img", rid, fold_types, where), truth))
         if not items:
