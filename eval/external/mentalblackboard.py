@@ -23,6 +23,7 @@ no direction).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from spatialiq_train.core.folding import FoldError, Hole
 from spatialiq_train.core.folding_answers import step_sentence
 from spatialiq_train.core.folding_metrics import FIELDS, score_prediction, summarize_scores
 from spatialiq_train.core.folding_records import read_holes, read_steps, record_id
+
+log = logging.getLogger(__name__)
 
 _FENCED_JSON = re.compile(r"```json\s*([\s\S]*?)```", re.I)
 _FENCED = re.compile(r"```\s*([\s\S]*?)```")
@@ -143,6 +146,9 @@ class MentalBlackboard:
             elif (images / plain_name(rid, where) / "img").is_dir():
                 fold_types = [str(f["foldType"]) for f in record["foldingTypes"]]
                 items.append(Item(rid, prompt, None, step_images(images / rid / "img", rid, fold_types, where), truth))
+        if images is not None and len(items) < row:
+            log.info("--images %s holds the images of %d of %d records; the others are not asked", images, len(items),
+                     row)
         if not items:
             raise BenchmarkLayoutError(f"--images {images}: no record has its images (expected {images}/{first}/img/"
                                        f"{first}_fold_0_initial.png, as the release's img_text_map.py writes them)")
