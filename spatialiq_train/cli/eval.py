@@ -316,4 +316,7 @@ def compare(
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root app."""
+    from spatialiq_train.cli import external
+
+    external.register(eval_app)  # `eval external`: docs/transfer.md
     app.add_typer(eval_app, name="eval")
