@@ -233,10 +233,10 @@ def write_transfer(base: Sequence[Path], trained: Sequence[Path], out: Path, tas
 
     rows, signals = transfer_rows(read(base, base_completions, "--base"),
                                   read(trained, trained_completions, "--trained"), seed)
-    text = summary_markdown(rows, signals)
+    text, picture = summary_markdown(rows, signals), plot_transfer(rows)  # everything computed before any write
     atomic_write_text(out / "transfer.csv", csv_text(COLUMNS, rows, full_precision))
     atomic_write_text(out / "transfer_signals.csv", csv_text(SIGNAL_COLUMNS, signals, full_precision))
-    atomic_write_bytes(out / "transfer.png", plot_transfer(rows))
+    atomic_write_bytes(out / "transfer.png", picture)
     atomic_write_text(out / "transfer.md", text + "\n![transfer](transfer.png)\n")
     return text
 

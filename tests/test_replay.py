@@ -89,11 +89,11 @@ def test_a_mixed_recipe_is_refused_naming_the_key(sources: list[dict[str, object
         recipe_from_dict({"name": "x", "data": {"traces_dir": "a", "sources": sources}})
 
 
-def _folder(root: Path, name: str, n: int, system: str | None) -> Path:
+def _folder(root: Path, name: str, n: int, system: str | None, split: str = "warmup") -> Path:
     """A trace folder ``root/name/traces`` whose images lie under ``root/name`` (that source's data root)."""
-    traces = write_traces(root / name, "warmup", n, np.random.default_rng(0), answer=lambda i: i)
-    rows = [trace_row(f"img/warmup_{i}.png", i, f"{name}-{i}", system) for i in range(n)]
-    (traces / "warmup.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    traces = write_traces(root / name, split, n, np.random.default_rng(0), answer=lambda i: i)
+    rows = [trace_row(f"img/{split}_{i}.png", i, f"{name}-{i}", system) for i in range(n)]
+    (traces / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return traces
 
 
@@ -130,16 +130,18 @@ def test_the_trl_path_reads_the_mix_in_order_and_refuses_other_kinds(tmp_path: P
 
 
 def test_grpo_reads_the_mix_one_step_of_prompts_at_a_time(tmp_path: Path) -> None:
-    from trl.trainer.grpo_trainer import RepeatSampler
+    from spatialiq_train.train.data import load_training_split
+    from spatialiq_train.train.rl import build_rl_trainer
 
-    from spatialiq_train.train.rl import grpo_config
-
-    own, other = _folder(tmp_path, "own", 2, "sys"), _folder(tmp_path, "other", 2, "sys")
-    cfg = grpo_config(_mixed_recipe(own, other), tmp_path / "rl", [1.0])
-    assert cfg.shuffle_dataset is False and cfg.train_sampling_strategy == "sequential"
-    sampler = RepeatSampler(list(range(8)), mini_repeat_count=2, batch_size=4, repeat_count=1,
-                            shuffle=cfg.shuffle_dataset, seed=0)
-    assert list(sampler) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]
+    own, other = _folder(tmp_path, "own", 6, "sys", "rl"), _folder(tmp_path, "other", 2, "sys", "rl")
+    recipe = _mixed_recipe(own, other)
+    dataset = load_training_split(recipe, "rl", "rl")  # rl.prompts_per_step = 4 prompts a step: 3 own, 1 other
+    origin = [sid.split("-")[0] for sid in dataset["structure_id"]]
+    assert [origin[b * 4:(b + 1) * 4].count("other") for b in range(2)] == [1, 1]
+    trainer, _ = build_rl_trainer(recipe, tiny_model_dir(), dataset, tmp_path / "rl")
+    assert trainer.args.shuffle_dataset is False
+    drawn = list(trainer._get_train_sampler())  # TRL's repeat sampler: each prompt num_generations times
+    assert list(dict.fromkeys(drawn)) == list(range(8)) and drawn[:8] == [0] * 8
 
 
 def test_nemo_rl_refuses_a_mixed_recipe_naming_the_key() -> None:
