@@ -151,3 +151,32 @@ def test_compare_refuses_with_one_line_naming_the_problem(tmp_path: Path, args: 
     assert len([line for line in res.output.splitlines() if line.strip()]) == 1, res.output
     assert re.search(message, res.output), res.output
     assert not (tmp_path / "o").exists()  # nothing half-written
+
+
+def test_the_table_reads_what_eval_external_writes(tmp_path: Path) -> None:
+    from _external_support import write_spatialchain
+
+    from eval.external.run import write_results
+    from eval.external.spatialchain import SpatialChain
+    from eval.transfer_io import read_results, transfer_rows
+
+    root = write_spatialchain(tmp_path / "sc")
+    adapter = SpatialChain()
+    items = adapter.load(root / "test.csv", root / "images")
+    outputs = {"base": ["<think>I see a person and a black fence on the left</think><answer>Yes</answer>",
+                        "<think>There are red cans at the right of the boy</think><answer>Yes</answer>", ""],
+               "trained": ["Looking at it <answer>Yes</answer>", "Looking at it <answer>No</answer>",
+                           "Looking at it <answer>White</answer>"]}
+    for side, texts in outputs.items():
+        scored = adapter.score(items, {item.id: t for item, t in zip(items, texts, strict=True)})
+        write_results(tmp_path / side, "spatialchain", {"model": side}, scored, {})
+    rows, signals = transfer_rows([read_results(tmp_path / "base")], [read_results(tmp_path / "trained")],
+                                   seed=0)
+    acc = rows[0]
+    # the two yes/no questions (the colour question has no yes/no label: left out): base right once, trained twice
+    assert (acc["benchmark"], acc["n"], acc["base"], acc["trained"], acc["trained_only"]) == (
+        "spatialchain", 2, 0.5, 1.0, 1)
+    assert {"rouge1", "chain_words"} <= {r["metric"] for r in rows}
+    # chains: 11, 10 and 0 words (base) against 3 each ("looking at it"), summed over the three items
+    assert signals[0]["opener_trained"] == "looking at" and signals[0]["opener_share_trained"] == 1.0
+    assert signals[0]["length_ratio"] == pytest.approx(9 / 21)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -60,6 +61,7 @@ def test_chain_metrics_against_hand_computed_values() -> None:
     opener, share = chains.opener_share(["Looking at the image", "looking at it", "I see"])
     assert opener == "looking at" and share == pytest.approx(2 / 3)
     assert chains.opener_share([]) == (None, None)
+    assert chains.opener("<think>Looking at the image</think>") == "looking at"
 
 
 def test_chain_quality_conditioned_on_correctness() -> None:
@@ -118,6 +120,14 @@ def test_a_folder_in_the_wrong_layout_is_refused_naming_what_is_missing(tmp_path
         adapter.load(root / "test.csv", None)
     with pytest.raises(BenchmarkLayoutError, match="no such file"):
         adapter.load(root / "absent.csv", root / "images")
+    escaping = [{**ROWS[0], "imageId": "../secret"}]
+    root = write_spatialchain(tmp_path / "c", rows=[ROWS[0]])
+    with (root / "test.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(ROWS[0]))
+        writer.writeheader()
+        writer.writerows(escaping)
+    with pytest.raises(BenchmarkLayoutError, match="'../secret' is not a plain file name"):
+        adapter.load(root / "test.csv", root / "images")
 
 
 def test_parquet_and_csv_give_the_same_items(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def test_other_settings_or_data_are_refused_before_any_model_loads(run: tuple[Pa
     res = CliRunner().invoke(app, _command(other, out))
     assert res.exit_code != 0 and "dataset:" in res.output
     res = CliRunner().invoke(app, ["eval", "external", "gqa", "--data", "x", "--model", "m", "--out", "o"])
-    assert res.exit_code != 0 and "unknown benchmark 'gqa'; known: spatialchain" in res.output
+    assert res.exit_code != 0 and "unknown benchmark 'gqa'; known: mentalblackboard, spatialchain" in res.output
 
 
 def _verdict(faithfulness: float) -> str:

@@ -13,6 +13,7 @@ from spatialiq_train.core.errors import UserError
 
 ADAPTERS: dict[str, str] = {
     "spatialchain": "eval.external.spatialchain:SpatialChain",
+    "mentalblackboard": "eval.external.mentalblackboard:MentalBlackboard",
 }
 """Adapter name -> ``module:class``, imported when asked for."""
 

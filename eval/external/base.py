@@ -78,9 +78,18 @@ def data_record(name: str, data: Path, items: list[Item]) -> dict[str, Any]:
             "truth_digest": items_digest(items)}
 
 
+def plain_name(name: str, where: str) -> str:
+    """``name`` when it is one path component (no separator, not ``.`` or ``..``): a data file's ids name files
+    under the user's folder and must not reach outside it."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise BenchmarkLayoutError(f"{where}: {name!r} is not a plain file name (an id names a file inside --images)")
+    return name
+
+
 def image_file(folder: Path, stem: str, where: str) -> Path:
     """``folder/stem`` with the first extension that exists (.jpg, .jpeg, .png); a BenchmarkLayoutError names
     ``where``, the file and the folder otherwise."""
+    plain_name(stem, where)
     for ext in (".jpg", ".jpeg", ".png"):
         path = folder / f"{stem}{ext}"
         if path.is_file():

@@ -29,6 +29,7 @@ OPENER_WORDS = 2
 """The opener of an output is its first two words ("looking at": SpatialChain section 6.4)."""
 
 _TOKEN = re.compile(r"[a-z0-9]+")
+_TAG = re.compile(r"</?[a-z_]{1,20}>", re.I)
 
 
 def tokens(text: str) -> list[str]:
@@ -84,8 +85,9 @@ def step_markers(text: str) -> int:
 
 
 def opener(text: str) -> str:
-    """The output's first :data:`OPENER_WORDS` words, lower-cased, punctuation dropped ("" for an empty output)."""
-    return " ".join(tokens(text)[:OPENER_WORDS])
+    """The output's first :data:`OPENER_WORDS` words, lower-cased, punctuation and tags (``<think>``) dropped ("" for
+    an empty output)."""
+    return " ".join(tokens(_TAG.sub(" ", text))[:OPENER_WORDS])
 
 
 def opener_share(texts: Sequence[str]) -> tuple[str | None, float | None]:

@@ -20,6 +20,8 @@ METRICS = "metrics.json"
 PER_ITEM = "per_item.jsonl"
 REPORT = "report.md"
 JUDGE = "judge.jsonl"
+SAMPLING_SHOWN: tuple[str, ...] = ("k", "temperature", "top_p", "max_new_tokens", "seed")
+"""The decoding settings metrics.json repeats (the provenance record beside the completions holds them all)."""
 
 
 def external_config(temperature: float, top_p: float, max_new_tokens: int, seed: int,
@@ -59,7 +61,7 @@ def write_results(out: Path, name: str, model: dict[str, Any], scored: Scored, p
     metrics = {"benchmark": name, **{k: model.get(k) for k in ("model", "model_digest", "model_revision")},
                "n": len(scored.rows), "primary": scored.primary, "metrics": scored.metrics,
                "signals": scored.signals, "per_item": PER_ITEM, "data": provenance.get("data"),
-               "sampling": provenance.get("sampling")}
+               "sampling": {k: (provenance.get("sampling") or {}).get(k) for k in SAMPLING_SHOWN}}
     atomic_write_json(out / METRICS, metrics)
     atomic_write_text(out / REPORT, report_text(metrics, scored.notes))
     return out / METRICS

@@ -46,7 +46,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         rows = [{k: "" if v is None else str(v) for k, v in row.items()} for row in table.to_pylist()]
     else:
         csv.field_size_limit(sys.maxsize)  # scene graphs are long cells
-        with path.open(newline="", encoding="utf-8") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:  # a spreadsheet may write a BOM
             reader = csv.DictReader(fh)
             columns = list(reader.fieldnames or [])
             rows = [{k: v or "" for k, v in row.items() if k is not None} for row in reader]

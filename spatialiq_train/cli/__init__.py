@@ -14,6 +14,7 @@ from typer.core import TyperGroup
 
 from spatialiq_train.cli import demo as demo_cli
 from spatialiq_train.cli import eval as eval_cli
+from spatialiq_train.cli import fold as fold_cli
 from spatialiq_train.cli import gen as gen_cli
 from spatialiq_train.cli import nemo as nemo_cli
 from spatialiq_train.cli import release as release_cli
@@ -60,7 +61,8 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, nemo_cli, release_cli, demo_cli, sweep_cli):
+_MODULES = (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, nemo_cli, release_cli, demo_cli, sweep_cli, fold_cli)
+for _module in _MODULES:
     _module.register(app)
 
 

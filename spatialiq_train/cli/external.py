@@ -11,7 +11,7 @@ log = logging.getLogger(__name__)
 
 
 def external(
-    name: str = typer.Argument(..., help="Benchmark: spatialchain."),
+    name: str = typer.Argument(..., help="Benchmark: spatialchain or mentalblackboard."),
     data: Path = typer.Option(..., "--data", help="The benchmark's file (your local copy; nothing is downloaded)."),
     model: Path = typer.Option(..., "--model", help="Checkpoint folder (HF format, safetensors) or hub id."),
     out: Path = typer.Option(..., "--out", help="Output folder: completions, metrics.json, per_item.jsonl, "
