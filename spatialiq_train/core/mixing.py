@@ -92,8 +92,10 @@ def batch_quotas(weights: Sequence[float], batch_size: int, n_batches: int) -> n
     out = np.empty((n_batches, len(ideal)), dtype=np.int64)
     for b in range(n_batches):
         credit = [c + f for c, f in zip(credit, frac, strict=True)]
-        owed = [i for i in range(len(ideal)) if frac[i] > 0 and credit[i] > 0]
-        chosen = sorted(owed, key=lambda i: ((1 - credit[i]) / frac[i], i))[:extra]
+        # the owed (positive credit) by deadline first; the others after them keep every batch at batch_size rows
+        # even where the owed were too few (the sources with a fractional part number at least extra + 1)
+        chosen = sorted((i for i in range(len(ideal)) if frac[i] > 0),
+                        key=lambda i: (credit[i] <= 0, (1 - credit[i]) / frac[i], i))[:extra]
         for i in chosen:
             credit[i] -= 1
         out[b] = floor
