@@ -182,7 +182,7 @@ def summary_markdown(rows: Sequence[dict[str, Any]], signals: Sequence[dict[str,
               f"{_num(r['difference'])} [{_num(r['ci_low'])}, {_num(r['ci_high'])}]"]
              for r in rows if r["metric"] != "correct"]
     parts = ["# Transfer table", "",
-             "Accuracy in percent on the items both checkpoints answered; difference = trained - base with its 95 % "
+             "Accuracy in percent on the items both results score (n); difference = trained - base with its 95 % "
              "paired bootstrap interval; p: exact McNemar test; discordant: items only the base / only the trained "
              "checkpoint got right; opener share: outputs opening with the most common two words (the trained "
              "side's opener in brackets); chain length: trained over base.", "",
