@@ -305,15 +305,37 @@ def report(
 
 @eval_app.command("compare")
 def compare(
-    raw: list[Path] = typer.Option(..., "--raw", help="eval_raw_* files or folders holding them (repeatable)."),
-    out: Path = typer.Option(..., "--out", help="Output folder for mcnemar.csv."),
+    raw: list[Path] = typer.Option(None, "--raw", help="eval_raw_* files or folders holding them (repeatable)."),
+    out: Path = typer.Option(..., "--out", help="Output folder (mcnemar.csv; with --base/--trained transfer.*)."),
     task: str = typer.Option("main", "--task", help="Task column to compare (default Object Counting)."),
+    base: list[Path] = typer.Option(None, "--base", help="Transfer table: the base checkpoint's results on one "
+                                    "benchmark, an `eval external` folder or an eval_raw file (repeatable)."),
+    trained: list[Path] = typer.Option(None, "--trained", help="The trained checkpoint's results, one per benchmark "
+                                       "given to --base (repeatable)."),
+    base_completions: Path = typer.Option(None, "--base-completions", help="Completions the base's Spatial-IQ "
+                                          "results were scored from (opener share, chain length)."),
+    trained_completions: Path = typer.Option(None, "--trained-completions", help="The same for the trained side."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the paired bootstrap."),
 ) -> None:
-    """Paired exact McNemar tests between every pair of responders, Benjamini-Hochberg adjusted."""
-    from eval.compare import write_comparison
+    """Paired exact McNemar tests between every pair of responders, Benjamini-Hochberg adjusted (--raw); or the
+    transfer table of a base and a trained checkpoint across benchmarks (--base/--trained: docs/transfer.md)."""
+    from spatialiq_train.core.errors import UserError
 
-    path = write_comparison(raw, out, task)
-    typer.echo(str(path))
+    if bool(raw) == bool(base or trained):
+        raise UserError("give --raw (responders on one benchmark) or --base and --trained (a transfer table across "
+                        "benchmarks), not both and not neither")
+    if raw:
+        from eval.compare import write_comparison
+
+        typer.echo(str(write_comparison(raw, out, task)))
+        return
+    if not base or not trained:
+        raise UserError(f"the transfer table needs --base and --trained (got {len(base or [])} and "
+                        f"{len(trained or [])}): one results path per benchmark on each side")
+    from eval.transfer_io import write_transfer
+
+    typer.echo(write_transfer(base, trained, out, task, seed, base_completions, trained_completions), nl=False)
+    typer.echo(str(out / "transfer.md"))
 
 
 def register(app: typer.Typer) -> None:

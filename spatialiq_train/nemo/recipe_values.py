@@ -214,6 +214,10 @@ def _rl_values(recipe: Recipe) -> dict[str, Any]:
 def values_from_recipe(recipe: Recipe) -> NemoValues:
     """Read the recipe once; raises ValueError (naming the recipe key) for a value NeMo-RL cannot express."""
     m, d, g, lg = recipe.model, recipe.data, recipe.generation, recipe.logging
+    if d.sources:
+        raise ValueError(f"data.sources mixes {len(d.sources)} trace folders by weight (replay), which only the TRL "
+                         "engine reads (`spatialiq train`); NeMo-RL's dataloader shuffles one split: train this recipe "
+                         "with `spatialiq train`, or write one trace folder and leave data.sources empty")
     lora = m.lora
     return NemoValues(
         recipe_name=recipe.name, base_model=m.name_or_path,

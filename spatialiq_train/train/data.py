@@ -8,9 +8,12 @@ referenced by path and decoded lazily.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spatialiq_train.core.traces import Mode, load_examples
+
+if TYPE_CHECKING:
+    from spatialiq_train.core.recipes import Recipe
 
 
 def load_split(
@@ -18,6 +21,25 @@ def load_split(
 ) -> Any:
     """Read `<traces_dir>/<split>.jsonl` into a `datasets.Dataset` for the given trainer."""
     return examples_to_dataset(load_examples(traces_dir, split, data_root, mode, limit))
+
+
+def load_training_split(recipe: Recipe, split: str, mode: Mode) -> Any:
+    """The phase's training split: ``data.traces_dir``'s, or with ``data.sources`` the replay mix, global batch
+    after global batch in the order of ``core.mixing.mixed_order`` (read in that order: :func:`sampling_args`)."""
+    d = recipe.data
+    if not d.sources:
+        return load_split(d.traces_dir, split, d.data_root, mode, d.max_examples)
+    from spatialiq_train.core.mixing import mixed_examples
+
+    batch = recipe.sft.optimizer.global_batch_size if mode == "sft" else recipe.rl.prompts_per_step
+    return examples_to_dataset(mixed_examples(d.sources, split, d.data_root, mode, batch or 1, recipe.run.seed,
+                                              d.max_examples))
+
+
+def sampling_args(recipe: Recipe) -> dict[str, Any]:
+    """Trainer arguments that keep a mixed split's order (each optimizer step reads the next global batch): the
+    sequential sampler (SFT) and no shuffle (GRPO's repeat sampler). Nothing without ``data.sources``."""
+    return {"train_sampling_strategy": "sequential", "shuffle_dataset": False} if recipe.data.sources else {}
 
 
 def examples_to_dataset(examples: list[dict[str, Any]]) -> Any:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from spatialiq_train.core.recipe_model import OptimizerSection, PhaseSection, Recipe, ValidationSection
 from spatialiq_train.train import common
+from spatialiq_train.train.data import sampling_args
 from spatialiq_train.train.plan import PhasePlan, gpu_phase_plan, phase_plan, write_plan
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ def phase_config(spec: PhaseSpec, recipe: Recipe, output_dir: str | Path, plan: 
         **plan.trl_args(),
         **validation_args(section.validation, spec.eval_batch_size(recipe, plan)),
         **spec.phase_kwargs(recipe),
+        **sampling_args(recipe),
         model_init_kwargs=common.model_init_kwargs(recipe),
     )
 
@@ -161,12 +163,12 @@ def build_phase_trainer(
 
 def phase_datasets(recipe: Recipe, name: PhaseName, train_dataset: Any, eval_dataset: Any) -> tuple[Any, Any]:
     """The phase's training split and, when it validates, its validation rows (defaults from the recipe)."""
-    from spatialiq_train.train.data import load_split
+    from spatialiq_train.train.data import load_split, load_training_split
 
     d = recipe.data
     trains_on_traces = train_dataset is None
     if train_dataset is None:
-        train_dataset = load_split(d.traces_dir, split_of(recipe, name), d.data_root, name, d.max_examples)
+        train_dataset = load_training_split(recipe, split_of(recipe, name), name)
     val = section_of(recipe, name).validation
     if eval_dataset is None and val.every_steps is not None and d.eval_split is not None:
         if trains_on_traces:  # both splits come from trace files: validation must share no structure with training
