@@ -4,6 +4,7 @@ recipe and release messages (docs/trust.md). Case numbers are the issue's."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -83,3 +84,99 @@ def test_sigterm_releases_the_lock_like_a_normal_end(tmp_path: Path) -> None:
     assert holder.returncode == 128 + signal.SIGTERM, err
     assert "terminated: SIGTERM received" in err and "Traceback" not in err
     assert not lock_path(out).exists()
+
+
+# --- a real `run dapo-tight`, interrupted in RL after checkpoint-2 of 8 --------------------------------------------
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+def _interrupt_at(step: int):  # noqa: ANN202
+    from transformers import TrainerCallback
+
+    class InterruptAt(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step == step:
+                raise Interrupted(f"simulated interruption at step {step}")
+
+    return InterruptAt()
+
+
+def _overrides(root: Path, traces: Path) -> list[str]:
+    return [f"data.traces_dir={traces}", f"data.data_root={root}", "sft.optimizer.max_steps=2",
+            "rl.optimizer.max_steps=8", "rl.prompts_per_step=2", "rl.num_generations=2",
+            "generation.max_completion_length=8", "rl.overlong.buffer_length=2", "logging.save_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A `run dapo-tight` (SFT warm-up of 2 steps, then RL with a budget of 8) interrupted at RL step 3."""
+    import numpy as np
+    from _train_support import one_thread, tiny_recipe, write_traces
+
+    from spatialiq_train.train.run import run_dapo_tight
+
+    one_thread()
+    base = tmp_path_factory.mktemp("dtc")
+    root = base / "data"
+    rng = np.random.default_rng(2)
+    write_traces(root, "warmup", 8, rng, answer=lambda i: i % 10)
+    traces = write_traces(root, "rl", 8, rng, answer=lambda i: 3)
+    out = base / "run"
+    with pytest.raises(Interrupted):
+        run_dapo_tight(tiny_recipe(_overrides(root, traces)), out, rl_callbacks=[_interrupt_at(3)])
+    assert (out / "rl" / "checkpoint-2").is_dir() and not (out / "final").exists()
+    return out, _overrides(root, traces)
+
+
+def test_a_resume_on_other_data_is_refused_naming_what_changed(interrupted_run: tuple[Path, list[str]]) -> None:
+    """Case 2: another dataset at the same data.traces_dir / data.data_root: the resume is refused in one line naming
+    the trace file (or the images) that changed, before anything is written; with the data back it resumes."""
+    out, overrides = interrupted_run
+    root = out.parent / "data"
+    rl_file = root / "traces" / "rl.jsonl"
+    kept, image = rl_file.read_bytes(), root / "img" / "rl_0.png"
+    kept_image = image.read_bytes()
+    cmd = ["run", "dapo-tight", "--recipe", str(REPO / "recipes" / "tiny_cpu.yaml"), "--out", str(out), *overrides]
+    before = sorted(p.name for p in (out / "rl").iterdir())
+    try:
+        rl_file.write_bytes(kept.replace(b'"answer": 3', b'"answer": 4'))
+        res = CliRunner().invoke(app, cmd)
+        assert res.exit_code == EXIT_USAGE, res.output
+        errors = [x for x in res.output.splitlines() if x.startswith("error:")]
+        assert len(errors) == 1 and "the data changed since this run started" in errors[0]
+        assert "data.traces_dir rl.jsonl: recorded sha256" in errors[0] and "Traceback" not in res.output
+        rl_file.write_bytes(kept)
+        from PIL import Image
+
+        Image.new("RGB", (56, 56), (1, 2, 3)).save(image)
+        res = CliRunner().invoke(app, cmd)
+        assert res.exit_code == EXIT_USAGE and "data.data_root images of the split" in res.output, res.output
+        assert sorted(p.name for p in (out / "rl").iterdir()) == before  # nothing written by either refusal
+    finally:
+        rl_file.write_bytes(kept)
+        image.write_bytes(kept_image)
+    records = {p: json.loads((out / p / "data.json").read_text()) for p in ("sft", "rl")}
+    assert records["sft"]["traces"].keys() == {"warmup.jsonl"} and records["rl"]["traces"].keys() == {"rl.jsonl"}
+
+
+def test_an_intermediate_checkpoint_release_states_the_phases_run_and_its_step(
+        interrupted_run: tuple[Path, list[str]], tmp_path: Path) -> None:
+    """Case 7: `release --run RUN/rl/checkpoint-2` of a `run dapo-tight` names the SFT warm-up that ran and says
+    step 2 of 8; the card names every dataset the phases trained on. Case 8: --out inside the run is refused."""
+    out, _ = interrupted_run
+    res = CliRunner().invoke(app, ["release", "--run", str(out / "rl" / "checkpoint-2"), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    card = (tmp_path / "r" / "README.md").read_text()
+    assert "step 2 of 8 of its RL phase; the phases run up to it: sft, rl" in card
+    assert "SFT on" in card and "then GRPO/DAPO" in card and "the run's phases: rl" not in card
+    sft, rl = (json.loads((out / p / "data.json").read_text()) for p in ("sft", "rl"))
+    assert f"(SFT phase): traces `traces` (`warmup.jsonl` sha256 `{sft['traces']['warmup.jsonl']}`)" in card
+    assert f"(RL phase): traces `traces` (`rl.jsonl` sha256 `{rl['traces']['rl.jsonl']}`)" in card
+    assert f"`{rl['images_sha256']}`" in card
+    for inside in (out / "final", out / "final" / "release", out / "rl" / "x", out):
+        res = CliRunner().invoke(app, ["release", "--run", str(out / "rl" / "checkpoint-2"), "--out", str(inside)])
+        assert res.exit_code == EXIT_USAGE and "pick a folder outside the run" in res.output, res.output
+        assert not inside.exists() or inside == out
