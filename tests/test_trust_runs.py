@@ -180,3 +180,36 @@ def test_an_intermediate_checkpoint_release_states_the_phases_run_and_its_step(
         res = CliRunner().invoke(app, ["release", "--run", str(out / "rl" / "checkpoint-2"), "--out", str(inside)])
         assert res.exit_code == EXIT_USAGE and "pick a folder outside the run" in res.output, res.output
         assert not inside.exists() or inside == out
+
+
+# --- case 3: no step-less success ----------------------------------------------------------------------------------
+
+
+def test_a_run_that_trained_no_step_is_never_complete_nor_released(tmp_path: Path) -> None:
+    """RL on 3 rows at 4 prompts per step trains no step: it is never marked complete nor exported (refused before
+    any work, or after a step-less loop); a folder an earlier version marked complete at step 0 is not released."""
+    import numpy as np
+    from _train_support import write_traces
+
+    from spatialiq_train.tiny import save_tiny
+    from spatialiq_train.train.completion import budget_of, decide, read_marker, write_marker
+
+    root = tmp_path / "data"
+    traces = write_traces(root, "rl", 3, np.random.default_rng(0), answer=lambda i: 3)
+    out = tmp_path / "rl"
+    res = CliRunner().invoke(app, ["train", "rl", "-r", str(REPO / "recipes" / "tiny_cpu.yaml"), "--out", str(out),
+                                   f"data.traces_dir={traces}", f"data.data_root={root}", "rl.optimizer.max_steps=2",
+                                   "data.max_examples=3", "generation.max_completion_length=8",
+                                   "rl.overlong.buffer_length=2"])
+    assert res.exit_code != 0, res.output
+    assert "Traceback" not in res.output and len([x for x in res.output.splitlines() if x.startswith("error:")]) == 1
+    assert not (out / "complete.json").exists() and not (out / "final").exists()
+    # what 655ed98 left: final/ as it started and complete.json at global_step 0
+    save_tiny(out / "final", seed=0)
+    budget = {"max_steps": 2, "num_train_epochs": 1.0}
+    write_marker(out, "rl", budget, 0, out / "final")
+    assert decide(read_marker(out, budget), budget, True, False, str(out)) == "train"  # a rerun trains, not "complete"
+    res = CliRunner().invoke(app, ["release", "--run", str(out), "--out", str(tmp_path / "rel")])
+    assert res.exit_code == EXIT_USAGE and "trained no optimizer step (global_step 0)" in res.output, res.output
+    assert not (tmp_path / "rel").exists() and not (tmp_path / "rel.partial").exists()
+    assert budget_of  # the marker layout is the trainer's own (train.completion)

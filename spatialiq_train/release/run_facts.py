@@ -121,7 +121,6 @@ def refuse_out_inside(out: Path, root: Path) -> None:
     replaces ``--out`` whole and the run's files are the run's."""
     full, run = out.resolve(), root.resolve()
     if full == run or full in run.parents or run in full.parents:
-        where = "inside the run folder" if run in full.parents else "the run folder or holds it"
-        raise ReleaseError(f"--out {out} is {where} {root}; a release is written aside and replaces --out whole, "
-                           "and the run's files are the run's: pick a folder outside the run, e.g. --out "
-                           f"release/{root.name}")
+        where = f"inside the run folder {root}" if run in full.parents else f"the run folder {root} or holds it"
+        raise ReleaseError(f"--out {out} is {where}; a release is written aside and replaces --out whole, and the "
+                           f"run's files are the run's: pick a folder outside the run, e.g. --out release/{root.name}")
