@@ -192,7 +192,7 @@ def test_a_run_that_trained_no_step_is_never_complete_nor_released(tmp_path: Pat
     from _train_support import write_traces
 
     from spatialiq_train.tiny import save_tiny
-    from spatialiq_train.train.completion import budget_of, decide, read_marker, write_marker
+    from spatialiq_train.train.completion import decide, read_marker, write_marker
 
     root = tmp_path / "data"
     traces = write_traces(root, "rl", 3, np.random.default_rng(0), answer=lambda i: 3)
@@ -203,7 +203,7 @@ def test_a_run_that_trained_no_step_is_never_complete_nor_released(tmp_path: Pat
                                    "rl.overlong.buffer_length=2"])
     assert res.exit_code != 0, res.output
     assert "Traceback" not in res.output and len([x for x in res.output.splitlines() if x.startswith("error:")]) == 1
-    assert not (out / "complete.json").exists() and not (out / "final").exists()
+    assert not out.exists()  # nothing left behind: no complete.json, no final/, no base/ or record of the settings
     # what 655ed98 left: final/ as it started and complete.json at global_step 0
     save_tiny(out / "final", seed=0)
     budget = {"max_steps": 2, "num_train_epochs": 1.0}
@@ -212,4 +212,46 @@ def test_a_run_that_trained_no_step_is_never_complete_nor_released(tmp_path: Pat
     res = CliRunner().invoke(app, ["release", "--run", str(out), "--out", str(tmp_path / "rel")])
     assert res.exit_code == EXIT_USAGE and "trained no optimizer step (global_step 0)" in res.output, res.output
     assert not (tmp_path / "rel").exists() and not (tmp_path / "rel.partial").exists()
-    assert budget_of  # the marker layout is the trainer's own (train.completion)
+
+
+# --- case 8: training, recipe and release messages -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("override", "said"), [
+    ("rl.scale_rewards=true", "scale_rewards True was rl.advantage {baseline: group_mean, std: group}"),
+    ("rl.scale_rewards=false", "scale_rewards False was rl.advantage {baseline: group_mean, std: none}"),
+    ("rl.optimizer.steps_per_generation=2", "rl.optimizer.steps_per_generation is no longer a recipe key: one "
+                                            "generation batch of rl.prompts_per_step x rl.num_generations"),
+    ("rl.optimizer.learning_rate=-1.0", "rl.optimizer.learning_rate: Value error, must be > 0"),
+    ("reward.weights={format: 1e308, integer_distance: 0.9}", "weight of 'format' is 1e+308; weights are relative"),
+    ("reward.weights={format: 0, integer_distance: 0}", "no positive weight"),
+])
+def test_recipe_refusals_name_the_replacement_in_one_line(override: str, said: str) -> None:
+    res = CliRunner().invoke(app, ["recipes", "validate", str(REPO / "recipes" / "tiny_cpu.yaml"), "--set", override])
+    assert res.exit_code == EXIT_USAGE
+    first = res.output.splitlines()[0]
+    assert said in first and "unknown key" not in first and first.count("got ") <= 1, first
+
+
+def test_recipes_show_prints_no_key_a_recipe_may_not_set(tmp_path: Path) -> None:
+    import yaml
+
+    from spatialiq_train.core.recipes import load_recipe
+
+    res = CliRunner().invoke(app, ["recipes", "show", "tiny_cpu"])
+    assert res.exit_code == 0, res.output
+    shown = yaml.safe_load(res.output)
+    assert "global_batch_size" not in shown["rl"]["optimizer"] and shown["sft"]["optimizer"]["global_batch_size"] == 4
+    (tmp_path / "shown.yaml").write_text(res.output)
+    assert load_recipe(tmp_path / "shown.yaml") == load_recipe("tiny_cpu")  # what it prints loads as the same recipe
+
+
+def test_liger_on_a_cpu_run_is_one_line_without_gpu_advice_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "sft"
+    res = CliRunner().invoke(app, ["train", "sft", "-r", str(REPO / "recipes" / "tiny_cpu.yaml"), "--out", str(out),
+                                   "model.liger_kernel=true", f"data.traces_dir={tmp_path}",
+                                   f"data.data_root={tmp_path}"])
+    assert res.exit_code == EXIT_USAGE and "Traceback" not in res.output
+    assert res.output.startswith("error: model.liger_kernel=true: Liger's kernels are Triton GPU kernels and this "
+                                 "run is on the CPU"), res.output
+    assert "pip install" not in res.output and not out.exists()
