@@ -255,3 +255,57 @@ def test_liger_on_a_cpu_run_is_one_line_without_gpu_advice_and_writes_nothing(tm
     assert res.output.startswith("error: model.liger_kernel=true: Liger's kernels are Triton GPU kernels and this "
                                  "run is on the CPU"), res.output
     assert "pip install" not in res.output and not out.exists()
+
+
+# --- case 6: a run folder of the previous release ------------------------------------------------------------------
+
+
+def _aged(run: Path, to: Path) -> Path:
+    """A copy of ``run`` as the release before the global batch left it: its recipe records hold the per-device
+    batch keys and rl.scale_rewards (tests/old_run/recipe.yaml, what that version wrote), no plan.json or data.json."""
+    import shutil
+
+    old = shutil.copytree(run, to)
+    text = (REPO / "tests" / "old_run" / "recipe.yaml").read_text().replace("DATA", str(run.parent / "data"))
+    for folder in (old, old / "sft", old / "rl"):
+        (folder / "recipe.yaml").write_text(text)
+        for name in ("plan.json", "data.json"):
+            (folder / name).unlink(missing_ok=True)
+    return old
+
+
+def test_a_run_of_the_previous_release_releases_and_resumes_with_its_batch_as_it_trained(
+        interrupted_run: tuple[Path, list[str]], tmp_path: Path) -> None:
+    """Case 6: the release states the recorded per-device batch as it trained (4 x 1 x 1 process = 4 sequences;
+    4 completions = 2 prompts x 2 generations) and its recipe loads today; a resume under other settings is refused
+    naming the exact overrides that continue it, and with them it continues from its checkpoint to the end."""
+    import yaml
+
+    from spatialiq_train.core.recipes import load_recipe
+
+    run, overrides = interrupted_run
+    old = _aged(run, tmp_path / "old")
+    res = CliRunner().invoke(app, ["release", "--run", str(old / "rl" / "checkpoint-2"), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    card = (tmp_path / "r" / "README.md").read_text()
+    assert ("Recorded by an earlier spatialiq with per-device batch keys; read as it trained: sft: "
+            "per_device_train_batch_size 4 x gradient_accumulation_steps 1 x 1 process(es) = "
+            "sft.optimizer.global_batch_size 4") in card
+    assert "4 completions = rl.prompts_per_step 2 x rl.num_generations 2" in card and "step 2 of 8" in card
+    released = yaml.safe_load((tmp_path / "r" / "training_recipe.yaml").read_text())
+    assert (released["rl"]["prompts_per_step"], released["rl"]["advantage"]) == (2, {"baseline": "group_mean",
+                                                                                      "std": "group"})
+    (tmp_path / "loads.yaml").write_text((tmp_path / "r" / "training_recipe.yaml").read_text())
+    assert load_recipe(tmp_path / "loads.yaml").sft.optimizer.global_batch_size == 4
+    cmd = ["run", "dapo-tight", "--recipe", str(REPO / "recipes" / "tiny_cpu.yaml"), "--out", str(old)]
+    res = CliRunner().invoke(app, [*cmd, *overrides, "rl.prompts_per_step=4"])  # today's tiny_cpu batch
+    assert res.exit_code == EXIT_USAGE, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("error:"))
+    assert "it was recorded by an earlier spatialiq; as it trained it reads sft: per_device_train_batch_size" in line
+    assert "rl.scale_rewards group = rl.advantage" in line
+    assert line.endswith("to continue it, rerun with rl.prompts_per_step=2, or pick a new --out for a new run"), line
+    res = CliRunner().invoke(app, [*cmd, *overrides, "rl.prompts_per_step=2"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((old / "rl" / "complete.json").read_text())["global_step"] == 8
+    steps = [json.loads(x)["step"] for x in (old / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 9))  # resumed from checkpoint-2: no step repeated or missed

@@ -79,6 +79,8 @@ class CardInputs:
     """For an intermediate checkpoint, the line naming its phase and step (``release.run_facts.Position``)."""
     trained_on: tuple[str, ...] = ()
     """One line per dataset a phase of the run recorded when it trained (its ``data.json``)."""
+    recorded_as: tuple[str, ...] = ()
+    """For a recipe recorded by an earlier version, how its retired keys were read (``release.run_facts``)."""
 
 
 def recipe_differences(run: dict[str, Any], base: dict[str, Any] | None,
@@ -192,7 +194,8 @@ def _training_section(inputs: CardInputs) -> list[str]:
     else:
         recipe = "- Recipe: not recorded with the run (no recipe was kept beside its checkpoint)."
     base = f"`{inputs.base_model}`" if inputs.base_model is not None else "not recorded with the run"
-    lines = ["## What was trained", "", recipe, f"- Base model: {base}.", *filter(None, [inputs.position])]
+    lines = ["## What was trained", "", recipe, *inputs.recorded_as, f"- Base model: {base}.",
+             *filter(None, [inputs.position])]
     if inputs.init_from:
         lines.append(f"- The RL phase started from `{inputs.init_from}` (`rl.init_from`).")
     d = inputs.data

@@ -42,14 +42,6 @@ log = logging.getLogger(__name__)
 RECIPE_FILE = "training_recipe.yaml"
 
 
-def _load_recipe_dict(path: Path | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    from spatialiq_train.core.recipes import load_recipe
-
-    return load_recipe(path).model_dump(mode="json")
-
-
 def _base_recipe(name: str | None) -> dict[str, Any] | None:
     from spatialiq_train.core.recipes import SHIPPED_RECIPES, load_recipe
 
@@ -294,7 +286,7 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
     model_dir = find_model_dir(run)
     check_finite_weights(model_dir, "--run checkpoint")
     recipe_path = find_recipe(run, model_dir)
-    recipe = _load_recipe_dict(recipe_path)
+    recipe, recorded_as = run_facts.recorded_recipe(recipe_path, where.root)
     metrics_data = _read_metrics(metrics)
     caveat = check_metrics_weights(metrics_data, metrics, model_dir, allow_other_weights) \
         if metrics_data is not None and metrics is not None else None
@@ -316,7 +308,7 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
                         trace_kind=trace_kind(recipe, phases, run), recipe_file=RECIPE_FILE if recipe_path else None,
                         init_from=((public or {}).get("rl") or {}).get("init_from") if "rl" in (phases or ()) else
                         None, eval_caveat=caveat, sources=found, position=where.sentence(phases),
-                        trained_on=run_facts.trained_on(where.root, phases))
+                        trained_on=run_facts.trained_on(where.root, phases), recorded_as=recorded_as)
     atomic_write_text(tmp / "README.md", model_card(inputs))
     leaks = paths_found(tmp, _machine_paths(recipe, run, model_dir, out, data_root, metrics))
     if leaks:

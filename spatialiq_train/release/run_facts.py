@@ -124,3 +124,26 @@ def refuse_out_inside(out: Path, root: Path) -> None:
         where = f"inside the run folder {root}" if run in full.parents else f"the run folder {root} or holds it"
         raise ReleaseError(f"--out {out} is {where}; a release is written aside and replaces --out whole, and the "
                            f"run's files are the run's: pick a folder outside the run, e.g. --out release/{root.name}")
+
+
+def recorded_recipe(path: Path | None, root: Path) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """The recipe the run recorded, as a dict in today's keys, and the card's lines on how a record of an earlier
+    version was read (`core.recorded_recipe`: its batch as it trained); (None, ()) when the run kept none."""
+    if path is None:
+        return None, ()
+    import yaml
+
+    from spatialiq_train.core.io import read_text
+    from spatialiq_train.core.recipes import load_recipe
+    from spatialiq_train.core.recorded_recipe import is_earlier, processes_of, read_recorded
+
+    data = yaml.safe_load(read_text(path, "recipe"))
+    if not is_earlier(data):
+        return load_recipe(path).model_dump(mode="json"), ()
+    read = read_recorded(data, processes_of(root))
+    said = "; ".join(read.notes)
+    if read.problem is None:
+        return read.recipe, (f"- Recorded by an earlier spatialiq with per-device batch keys; read as it trained: "
+                             f"{said}.",)
+    return read.recipe, ("- Recorded by an earlier spatialiq with per-device batch keys, shown as recorded: "
+                         f"{read.problem}" + (f" ({said})" if said else "") + ".",)
