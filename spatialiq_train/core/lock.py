@@ -161,11 +161,12 @@ def _sigterm_unwinds(output: str | Path) -> Iterator[None]:
               "absent: rerun the same command to resume)", file=sys.stderr)
         raise Terminated(128 + signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, terminate)
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if signal.getsignal(signal.SIGTERM) is terminate:  # a library (Ray) that installed its own keeps it
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _refuse_nested(output: str | Path, what: str, fd: int, path: Path) -> None:
