@@ -309,3 +309,15 @@ def test_a_run_of_the_previous_release_releases_and_resumes_with_its_batch_as_it
     assert json.loads((old / "rl" / "complete.json").read_text())["global_step"] == 8
     steps = [json.loads(x)["step"] for x in (old / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 9))  # resumed from checkpoint-2: no step repeated or missed
+
+
+def test_a_command_refused_after_its_setup_began_leaves_no_run_folder(interrupted_run: tuple[Path, list[str]],
+                                                                       tmp_path: Path) -> None:
+    """Case 8: a refusal found once `run dapo-tight` had built base/ and recorded its recipe (an uneven micro-batch)
+    leaves nothing, so the corrected command meets no stray base/ or record of the refused settings."""
+    _, overrides = interrupted_run
+    out = tmp_path / "runs" / "new"
+    res = CliRunner().invoke(app, ["run", "dapo-tight", "--recipe", str(REPO / "recipes" / "tiny_cpu.yaml"), "--out",
+                                   str(out), *overrides, "sft.optimizer.micro_batch_size=3"])
+    assert res.exit_code == EXIT_USAGE and "sft.optimizer.micro_batch_size = 3" in res.output, res.output
+    assert not out.exists() and not lock_path(out).exists()
