@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -35,17 +36,24 @@ def _out(recipe, out: Path | None, leaf: str) -> Path:  # noqa: ANN001
     return out if out is not None else Path(recipe.run.output_dir) / leaf
 
 
-def _writing(run_dir: Path):  # noqa: ANN202
-    """The lock of a run folder (one writer per output, docs/trust.md), and what Ctrl-C keeps. Under a distributed
-    launch the job is the writer: global rank 0 holds the lock, the other ranks (the same run) take none."""
+@contextlib.contextmanager
+def _writing(run_dir: Path, recipe=None) -> Iterator[None]:  # noqa: ANN001
+    """Settings this machine cannot run refused first; then the lock of a run folder (one writer per output,
+    docs/trust.md), what Ctrl-C keeps, and nothing left by a command that fails before training wrote anything.
+    Under a distributed launch the job is the writer: global rank 0 holds the lock, the other ranks take none."""
     from spatialiq_train.cli.steps import on_interrupt
     from spatialiq_train.core.lock import output_lock
+    from spatialiq_train.train.refusals import check_before_work, nothing_left_if_refused
 
+    if recipe is not None:
+        check_before_work(recipe)
     on_interrupt(f"the complete checkpoints under {run_dir} are kept (one cut off mid-save is set aside at the next "
                  "run); rerun the same command to resume from the newest complete one")
     if os.environ.get("RANK", "0") != "0":  # a launcher's other ranks (accelerate, torchrun): one job, one writer
-        return contextlib.nullcontext()
-    return output_lock(run_dir, "run folder")
+        yield
+        return
+    with output_lock(run_dir, "run folder"), nothing_left_if_refused(Path(run_dir)):
+        yield
 
 
 def sft_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES,
@@ -54,7 +62,7 @@ def sft_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] 
     from spatialiq_train.train.sft import run_sft
 
     rec = load_checked(recipe, overrides)
-    with _writing(run_dir := _out(rec, out, "sft")):
+    with _writing(run_dir := _out(rec, out, "sft"), rec):
         final = run_sft(rec, run_dir, extend=extend)
     typer.echo(f"SFT finished: {final}")
 
@@ -78,7 +86,7 @@ def rl_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] |
     if rec.rl.init_from is None and not rec.model.tiny:
         typer.echo("note: rl.init_from is not set; starting from (and anchoring to) model.name_or_path", err=True)
     rl_dir = _out(rec, out, "rl")
-    with _writing(rl_dir):
+    with _writing(rl_dir, rec):
         final = run_rl(rec, rl_dir, extend=extend, frozen=control)
     typer.echo(f"RL {'control ' if control else ''}finished: {final}")
     if not control:
@@ -92,7 +100,7 @@ def dapo_tight_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: lis
 
     rec = load_checked(recipe, overrides)
     run_dir = out if out is not None else Path(rec.run.output_dir)
-    with _writing(run_dir):
+    with _writing(run_dir, rec):
         final = run_dapo_tight(rec, run_dir, extend=extend)
     typer.echo(f"DAPO-tight finished: {final}")
     _learned_nothing_note(rec, run_dir / "rl")
@@ -122,10 +130,13 @@ def validate_cmd(
 
 
 def show_cmd(recipe: Path = typer.Argument(..., help="Recipe YAML."), overrides: list[str] | None = OVERRIDES) -> None:
-    """Print the fully resolved recipe (defaults filled in, overrides applied)."""
-    from spatialiq_train.core.recipes import recipe_to_yaml
+    """Print the fully resolved recipe (defaults filled in, overrides applied); keys a recipe may not set (the RL
+    global batch, which is rl.prompts_per_step x rl.num_generations) are left out."""
+    import yaml
 
-    typer.echo(recipe_to_yaml(load_checked(recipe, overrides)), nl=False)
+    shown = load_checked(recipe, overrides).model_dump(mode="json")
+    shown["rl"]["optimizer"].pop("global_batch_size", None)
+    typer.echo(yaml.safe_dump(shown, sort_keys=False), nl=False)
 
 
 def nemo_rl_cmd(

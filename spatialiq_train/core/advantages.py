@@ -104,7 +104,8 @@ def refuse_scale_rewards(rl: object) -> object:
     """The recipe's `rl` mapping unchanged, or a ValueError when it names the retired `scale_rewards`."""
     if isinstance(rl, dict) and "scale_rewards" in rl:
         old = rl["scale_rewards"]
-        same = SCALE_REWARDS_AS_ADVANTAGE.get(str(old), "(see docs/training.md)")
+        spelled = {"true": "group", "false": "none"}.get(str(old).lower(), str(old))  # TRL's booleans
+        same = SCALE_REWARDS_AS_ADVANTAGE.get(spelled, "(see docs/training.md)")
         raise ValueError(f"rl.scale_rewards is retired: the advantage is rl.advantage {{baseline: group_mean | "
                          f"leave_one_out, std: none | group | leave_one_out}}; scale_rewards {old} was rl.advantage "
                          f"{same}")

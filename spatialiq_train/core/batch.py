@@ -166,8 +166,10 @@ def retired_keys_message(phase: str, section: dict[str, Any]) -> str | None:
     """Why a phase section (``sft`` or ``rl``, as written) holding a retired batch key is refused, else None."""
     opt = section.get("optimizer") or {}
     if not isinstance(opt, dict) or not any(k in opt for k in RETIRED_BATCH_KEYS):
-        if phase == "rl" and "steps_per_generation" in section:
-            return ("rl.steps_per_generation is no longer a recipe key: one generation batch of rl.prompts_per_step "
+        under_opt = isinstance(opt, dict) and "steps_per_generation" in opt
+        if phase == "rl" and ("steps_per_generation" in section or under_opt):
+            key = "rl.optimizer.steps_per_generation" if under_opt else "rl.steps_per_generation"
+            return (f"{key} is no longer a recipe key: one generation batch of rl.prompts_per_step "
                     "x rl.num_generations completions serves one optimizer step, and the micro-steps per generation "
                     "are derived (core.batch); remove the key")
         return None

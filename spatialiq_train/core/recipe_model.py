@@ -8,7 +8,6 @@ numbers refuse booleans but accept YAML's `1e-6` (a string in YAML 1.1). The SFT
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -317,13 +316,10 @@ class RewardSection(Section):
     @field_validator("weights")
     @classmethod
     def _usable_weights(cls, weights: dict[str, float]) -> dict[str, float]:
-        if not weights:
-            raise ValueError("name at least one reward, e.g. {format: 0.1, integer_distance: 0.9}")
-        for name, weight in weights.items():
-            if not math.isfinite(weight):
-                raise ValueError(f"weight of {name!r} is {weight}; weights must be finite numbers")
-        if not any(w > 0 for w in weights.values()):
-            raise ValueError(f"no positive weight in {weights}; at least one reward must count")
+        from spatialiq_train.core.reward_weights import weights_problem  # the rule `reward score` applies too
+
+        if problem := weights_problem(weights):
+            raise ValueError(problem)
         return weights
 
 

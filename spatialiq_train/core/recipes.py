@@ -59,7 +59,7 @@ def _describe(exc: ValidationError, source: str) -> str:
             lines.append(f"  unknown key '{path}' {hint} (valid keys here: {', '.join(valid)})")
         else:
             got = err.get("input")
-            shown = "" if isinstance(got, dict) else f" (got {got!r})"
+            shown = "" if isinstance(got, dict) or "got " in err["msg"] else f" (got {got!r})"  # said once
             lines.append(f"  {path or '<top>'}: {err['msg']}{shown}")
     if len(lines) == 2:  # one problem: one line, naming the file and the key
         return f"{lines[0]}: {lines[1].strip()}"

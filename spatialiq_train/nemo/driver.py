@@ -57,7 +57,7 @@ import yaml
 from pydantic import ValidationError
 
 from spatialiq_train.core.errors import UserError
-from spatialiq_train.nemo.checkpoints import latest_step, read_step_config
+from spatialiq_train.nemo.checkpoints import latest_step, read_step_config, writing
 from spatialiq_train.nemo.contract import check_contract, check_held_out_plan, plan_data
 from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
 from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
@@ -252,14 +252,20 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) ->
 
     Returns, for an RL phase in which no step updated the weights, the warning that names the cause and the knobs
     (also logged; :class:`StepWatch`); else None."""
-    from spatialiq_train.core.processor import apply_pixel_budget
-
     api = load_api()
     source = Path(config_path)
     config = load_resolved(api, config_path, overrides)
     plan = plan_for(read_settings(config, source), phase, source)
     check_contract(config, plan, phase, str(source))
     check_held_out_plan(plan)
+    with writing(config):  # one writer per checkpoint folder; incomplete step_N set aside (nemo/checkpoints.py)
+        return _train(api, phase, config, plan, source)
+
+
+def _train(api: NemoApi, phase: Phase, config: dict[str, Any], plan: DataPlan, source: Path) -> str | None:
+    """`run` once the config is checked and its checkpoint folder held: resume guard, set-up, training."""
+    from spatialiq_train.core.processor import apply_pixel_budget
+
     check_resume(config)
     master = _master(api, phase, config, source)
     if phase == "rl":

@@ -75,6 +75,12 @@ class CardInputs:
     --allow-other-weights``)."""
     sources: tuple[Source, ...] = ()
     """The dataset, traces and checkpoints the run was made from, by folder name and digest (never a path)."""
+    position: str | None = None
+    """For an intermediate checkpoint, the line naming its phase and step (``release.run_facts.Position``)."""
+    trained_on: tuple[str, ...] = ()
+    """One line per dataset a phase of the run recorded when it trained (its ``data.json``)."""
+    recorded_as: tuple[str, ...] = ()
+    """For a recipe recorded by an earlier version, how its retired keys were read (``release.run_facts``)."""
 
 
 def recipe_differences(run: dict[str, Any], base: dict[str, Any] | None,
@@ -188,7 +194,8 @@ def _training_section(inputs: CardInputs) -> list[str]:
     else:
         recipe = "- Recipe: not recorded with the run (no recipe was kept beside its checkpoint)."
     base = f"`{inputs.base_model}`" if inputs.base_model is not None else "not recorded with the run"
-    lines = ["## What was trained", "", recipe, f"- Base model: {base}."]
+    lines = ["## What was trained", "", recipe, *inputs.recorded_as, f"- Base model: {base}.",
+             *filter(None, [inputs.position])]
     if inputs.init_from:
         lines.append(f"- The RL phase started from `{inputs.init_from}` (`rl.init_from`).")
     d = inputs.data
@@ -198,6 +205,7 @@ def _training_section(inputs: CardInputs) -> list[str]:
     lines += [f"- `{s.key}`: folder `{s.name}`, "
               + (f"{s.digest_of} `{s.digest}`" if s.digest else "not found when released") for s in inputs.sources]
     lines += [f"- Split `{s}`: structure-id sha256 `{h}`" for s, h in sorted(d.split_hashes.items())]
+    lines += inputs.trained_on
     diffs = recipe_differences(inputs.run_recipe, inputs.base_recipe, inputs.phases)
     base = "the shipped recipe of the same name" if inputs.base_recipe is not None else "nothing (no shipped base)"
     unread = "" if inputs.phases is None or set(PHASES) <= set(inputs.phases) else \

@@ -16,6 +16,7 @@ from spatialiq_train.core.errors import UserError
 from spatialiq_train.core.io import atomic_write_text, read_json, sha256_file
 from spatialiq_train.core.weights import check_finite_weights
 from spatialiq_train.hf_export import copy_weights, write_processor
+from spatialiq_train.release import run_facts
 from spatialiq_train.release.card import PHASES, CardInputs, DataFacts, model_card
 from spatialiq_train.release.checkpoint import (
     ReleaseError,
@@ -39,14 +40,6 @@ from spatialiq_train.release.paths import (
 log = logging.getLogger(__name__)
 
 RECIPE_FILE = "training_recipe.yaml"
-
-
-def _load_recipe_dict(path: Path | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    from spatialiq_train.core.recipes import load_recipe
-
-    return load_recipe(path).model_dump(mode="json")
 
 
 def _base_recipe(name: str | None) -> dict[str, Any] | None:
@@ -283,17 +276,17 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
             overwrite: bool = False, allow_other_weights: bool = False) -> Path:
     """Write the release of ``run`` into ``out`` (built in ``out.partial``, renamed when complete)."""
     run, out = Path(run), Path(out)
-    if out.resolve() == run.resolve() or out.resolve() in run.resolve().parents:
-        raise ReleaseError(f"--out {out} is the run folder {run} or holds it; replacing it would delete the run: "
-                           "pick another --out")
+    where = run_facts.position(run)
+    run_facts.refuse_out_inside(out, where.root)
     check_release_out(out, overwrite)
+    run_facts.refuse_stepless(where.root)
     if data_root is not None and not (Path(data_root) / "manifest.json").is_file():
         raise ReleaseError(f"--data {data_root}: no manifest.json; give the dataset root `spatialiq gen` wrote "
                            "(or leave --data out to use the recipe's data.data_root)")
     model_dir = find_model_dir(run)
     check_finite_weights(model_dir, "--run checkpoint")
     recipe_path = find_recipe(run, model_dir)
-    recipe = _load_recipe_dict(recipe_path)
+    recipe, recorded_as = run_facts.recorded_recipe(recipe_path, where.root)
     metrics_data = _read_metrics(metrics)
     caveat = check_metrics_weights(metrics_data, metrics, model_dir, allow_other_weights) \
         if metrics_data is not None and metrics is not None else None
@@ -304,7 +297,7 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
     copy_configs(model_dir, tmp, _generation(recipe))
     _public_config(tmp)
     write_processor(model_dir, tmp, *_pixel_budget(recipe))
-    phases = run_phases(run, model_dir)
+    phases = run_facts.phases_up_to(run_phases(where.root, model_dir), where)
     found = run_sources(recipe, data_root, run, phases)
     public = public_recipe(recipe) if recipe is not None else None
     if public is not None:
@@ -314,7 +307,8 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
                         data=data_facts(recipe, data_root, run), metrics=metrics_data, phases=phases,
                         trace_kind=trace_kind(recipe, phases, run), recipe_file=RECIPE_FILE if recipe_path else None,
                         init_from=((public or {}).get("rl") or {}).get("init_from") if "rl" in (phases or ()) else
-                        None, eval_caveat=caveat, sources=found)
+                        None, eval_caveat=caveat, sources=found, position=where.sentence(phases),
+                        trained_on=run_facts.trained_on(where.root, phases), recorded_as=recorded_as)
     atomic_write_text(tmp / "README.md", model_card(inputs))
     leaks = paths_found(tmp, _machine_paths(recipe, run, model_dir, out, data_root, metrics))
     if leaks:

@@ -50,7 +50,7 @@ def decide(marker: dict[str, Any] | None, budget: dict[str, float], final_ready:
 
     A different budget: ``train`` with ``extend`` when it is larger, else a :class:`RunFinishedError` naming
     ``where``, the recorded and the new budget."""
-    if marker is None or not final_ready:
+    if marker is None or not final_ready or marker.get("global_step") == 0:  # a step-less "finish" is not one
         return "train"
     old = {"max_steps": int(marker["max_steps"]), "num_train_epochs": float(marker["num_train_epochs"])}
     larger = _larger(budget, old)

@@ -213,7 +213,12 @@ def run_phase(
         log.info("%s is complete (step %s of its budget; %s kept as it is): nothing to do. Pass --extend with a "
                  "larger budget to train on", out, (marker or {}).get("global_step", "?"), final)
         return final
+    from spatialiq_train.core import run_folder
+
+    from_files = train_dataset is None  # datasets given in code are not recorded (nothing to compare on resume)
     train_dataset, eval_dataset = phase_datasets(recipe, spec.name, train_dataset, eval_dataset)  # before creating
+    data = run_folder.check_same_data(out, recipe, spec.name, common.last_checkpoint(out) is not None) \
+        if from_files else None
     out.mkdir(parents=True, exist_ok=True)
     model_path = model_path or common.ensure_base_model(recipe, out)
     trainer, processor = build_phase_trainer(spec, recipe, model_path, train_dataset, out, eval_dataset, callbacks)
@@ -222,9 +227,11 @@ def run_phase(
         log.info("resuming %s from %s", spec.name, resume)
         common.restore_token_count(trainer, resume)
     record.write_record(out, recipe)
+    run_folder.write_data_record(out, data)
     write_plan(out, trainer.spatialiq_plan)
     with disk_full_as_one_line(out):
         trainer.train(resume_from_checkpoint=resume)
+        run_folder.check_trained(trainer.state.global_step, out, spec.name)  # no step-less success
         exported = export_final(trainer, processor, final, out / "adapter")
     completion.write_marker(out, spec.name, budget, trainer.state.global_step, exported)
     return exported

@@ -17,6 +17,7 @@ from typing import Any
 from spatialiq_train.core.io import atomic_write_text
 from spatialiq_train.core.recipe_model import Recipe
 from spatialiq_train.core.recipes import RecipeError, flatten, recipe_to_yaml
+from spatialiq_train.core.recorded_recipe import continue_with
 
 RECORD = "recipe.yaml"
 """The recipe record's file name in a run or phase folder."""
@@ -78,19 +79,35 @@ def check_record(
     if old_text == text:
         return []
     old, new = yaml.safe_load(old_text) or {}, yaml.safe_load(text)
+    old, earlier = earlier_record(old, folder, path)  # a record of an earlier version, in today's keys
     diff = recipe_differences(old, new)
     allowed_budget = [k for k in diff if k in budget]
     blocking = [k for k in diff if not _under(k, free) and k not in allowed_budget]
     if blocking:
         may = f" (only {', '.join(free)} may change)" if free else ""
+        how = f"resume with the recorded recipe{may}" if not earlier else (
+            f"{earlier}; to continue it, rerun with {continue_with(old, blocking)}")
         raise RecipeError(f"{path} holds a different recipe: {', '.join(blocking)} differ and {why} "
-                          f"({_changes(blocking, old, new)}); resume with the recorded recipe{may}, or pick a new "
-                          "--out for a new run")
+                          f"({_changes(blocking, old, new)}); {how}, or pick a new --out for a new run")
     if allowed_budget and not extend:
         raise RecipeError(f"{path}: the run started under another step budget ({', '.join(allowed_budget)} differ: "
                           f"{_changes(allowed_budget, old, new)}); pass --extend to train on to the new budget, or "
                           "pick a new --out for a new run")
     return diff
+
+
+def earlier_record(old: dict[str, Any], folder: Path, path: Path) -> tuple[dict[str, Any], str]:
+    """``old`` in today's keys when an earlier version recorded it (`core.recorded_recipe`), with a sentence saying
+    so ("" for a record of this version); a RecipeError when it cannot be continued as it trained."""
+    from spatialiq_train.core.recorded_recipe import is_earlier, processes_of, read_recorded
+
+    if not is_earlier(old):
+        return old, ""
+    read = read_recorded(old, processes_of(folder))
+    if read.problem is not None:
+        raise RecipeError(f"{path} was recorded by an earlier spatialiq and cannot be continued as it trained: "
+                          f"{read.problem}; release or evaluate it as it is, or pick a new --out for a new run")
+    return read.recipe, f"it was recorded by an earlier spatialiq; as it trained it reads {'; '.join(read.notes)}"
 
 
 def write_record(folder: Path, recipe: Recipe) -> None:

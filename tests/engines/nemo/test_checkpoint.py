@@ -83,3 +83,51 @@ def test_a_dcp_checkpoint_converts_through_nemo_rls_converter(tmp_path: Path) ->
     for shard in out.glob("*.safetensors"):
         converted.update(load_file(str(shard)))
     assert set(converted) == set(state) and all((converted[k] == state[k]).all() for k in state)
+
+
+def _save(manager: Any, step: int, finalize: bool = True) -> Path:
+    """``step_N`` as v0.7.0's loops save it: training info and config, the policy (a Hugging Face copy, as under
+    ``save_consolidated``), the data loader's state, then the rename."""
+    import torch
+    from pydantic import BaseModel
+
+    class RunConfig(BaseModel):  # the loops pass their MasterConfig; the manager only dumps it to config.yaml
+        spatialiq: dict[str, str] = {"recipe": "tiny_cpu", "phase": "rl"}
+
+    tmp = Path(manager.init_tmp_checkpoint(step, {"step": step}, RunConfig()))
+    shutil.copytree(tiny_model(), tmp / "policy" / "weights" / "model" / "consolidated",
+                    ignore=shutil.ignore_patterns("*token*", "*processor*", "chat_*"))
+    torch.save({"step": step}, tmp / "train_dataloader.pt")
+    if finalize:
+        manager.finalize_checkpoint(tmp)
+    return tmp
+
+
+def test_checkpoints_are_complete_or_set_aside_and_the_folder_has_one_writer(tmp_path: Path) -> None:
+    """Issue 44: a step_N whose (asynchronous) weight save was cut off, and a tmp_step_N of a cut save, are set aside
+    before the run; NeMo-RL's own manager then resumes from the newest complete step. A second driver on the same
+    checkpoint folder, spelled through a link, is refused naming the first."""
+    from nemo_rl.utils.checkpoint import CheckpointManager
+
+    from spatialiq_train.core.lock import OutputLockedError
+    from spatialiq_train.nemo.checkpoints import step_problem, writing
+
+    ckpt = tmp_path / "checkpoints"
+    manager = CheckpointManager({"checkpoint_dir": str(ckpt), "metric_name": None, "higher_is_better": True,
+                                 "keep_top_k": None, "save_optimizer": True})
+    _save(manager, 2)
+    cut = _save(manager, 4).with_name("step_4") / "policy" / "weights" / "model" / "consolidated" / "model.safetensors"
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])  # the async weight save killed after the rename
+    _save(manager, 6, finalize=False)  # killed before the rename
+    assert step_problem(ckpt / "step_2") is None and "model.safetensors" in str(step_problem(ckpt / "step_4"))
+    assert manager.get_latest_checkpoint_path() == str(ckpt / "step_4")  # what NeMo-RL alone would resume from
+    config = {"checkpointing": {"enabled": True, "checkpoint_dir": str(ckpt)}}
+    (tmp_path / "link").symlink_to(ckpt, target_is_directory=True)
+    with writing(config):
+        assert sorted(p.name for p in ckpt.iterdir()) == ["step_2", "step_4.incomplete", "tmp_step_6.incomplete"]
+        assert manager.get_latest_checkpoint_path() == str(ckpt / "step_2")
+        with pytest.raises(OutputLockedError, match="is being written by pid"):
+            with writing({"checkpointing": {"enabled": True, "checkpoint_dir": str(tmp_path / "link")}}):
+                pass
+        _save(manager, 4)  # the resumed run saves step 4 again, complete, beside the one set aside
+    assert step_problem(ckpt / "step_4") is None

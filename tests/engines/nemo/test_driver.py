@@ -3,6 +3,7 @@ refusals (all before any GPU work), the dynamic-sampling exit, and a run without
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,8 @@ def test_resume_from_a_checkpoint_the_training_loop_would_write(tmp_path: Path, 
     info = {"consumed_samples": 80, "current_step": 10, "current_epoch": 0, "total_steps": 10,
             "total_valid_tokens": 1234, "val_reward": 0.25}
     step = Path(manager.init_tmp_checkpoint(10, info, master))
+    shutil.copytree(tiny_model(), step / "policy" / "weights" / "model" / "consolidated",  # what the worker saves
+                    ignore=shutil.ignore_patterns("*token*", "*processor*", "chat_*"))
     torch.save(loader.state_dict(), step / "train_dataloader.pt")
     manager.finalize_checkpoint(step)
     ckpt = Path(master.checkpointing["checkpoint_dir"])
@@ -113,8 +116,10 @@ def test_resume_from_a_checkpoint_the_training_loop_would_write(tmp_path: Path, 
 
 def test_resume_names_a_damaged_checkpoint_config(tmp_path: Path) -> None:
     step = tmp_path / "nemo_rl" / "rl" / "checkpoints" / "step_4"
-    step.mkdir(parents=True)
-    (step / "config.yaml").write_text("spatialiq: {recipe: tiny_cpu\n", encoding="utf-8")
+    shutil.copytree(tiny_model(), step / "policy" / "weights" / "model" / "consolidated")  # a complete step ...
+    (step / "training_info.json").write_text("{}", encoding="utf-8")
+    (step / "train_dataloader.pt").write_bytes(b"")
+    (step / "config.yaml").write_text("spatialiq: {recipe: tiny_cpu\n", encoding="utf-8")  # ... but this damaged
     with pytest.raises(UserError, match=r"step_4/config.yaml: not valid YAML .*use an earlier step_N"):
         driver.run("rl", _config(tmp_path))
 

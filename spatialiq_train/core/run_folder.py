@@ -1,0 +1,140 @@
+"""What a run folder records beyond its recipe, read by training and by ``spatialiq release`` (docs/trust.md): the
+data each phase trained on, the check that a resume continues the same data, and that a finished phase trained at
+least one step.
+
+``<phase dir>/data.json`` records, when the phase starts training, the digests of what it reads: the sha256 of each
+trace file (the training split, and the validation split when it validates), and for the images the dataset's
+``manifest.json`` (its sha256, generator version, seed and counts) or, for a dataset root without one, the sha256
+over every image the split references. A resume compares the data it would read now with that record before
+anything is written (:func:`check_same_data`) and refuses a change in one line naming what changed: a resume
+continues the data its checkpoints were trained on, or it is a new run. ``spatialiq release`` names every dataset
+the record lists (:func:`read_data_records`).
+
+A phase that ended without an optimizer step is never recorded complete nor exported (:func:`check_trained`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from spatialiq_train.core.errors import JobFailure, UserError
+from spatialiq_train.core.io import atomic_write_json, sha256_file
+from spatialiq_train.core.recipe_model import Recipe
+
+DATA_RECORD = "data.json"
+"""The data record's file name in a phase folder."""
+
+
+class DataChangedError(UserError):
+    """A resume would train on other data than the run's checkpoints; the message names what changed."""
+
+
+def _images_record(recipe: Recipe, split: str, mode: str) -> dict[str, Any]:
+    """The images of ``split``: the dataset's manifest (digest and facts), else the digest of every image it uses."""
+    root = Path(recipe.data.data_root)
+    manifest = root / "manifest.json"
+    if manifest.is_file():
+        try:
+            facts = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            facts = {}
+        facts = facts if isinstance(facts, dict) else {}
+        args, counts = facts.get("arguments") or {}, facts.get("counts") or {}
+        return {"manifest_sha256": sha256_file(manifest), "generator_version": facts.get("version"),
+                "seed": args.get("seed"), "structures": counts.get("structures"), "views": counts.get("views")}
+    from spatialiq_train.core.traces import load_examples
+
+    examples = load_examples(recipe.data.traces_dir, split, root, mode, recipe.data.max_examples)  # type: ignore[arg-type]
+    images = sorted({str(im) for ex in examples for im in ex.get("images") or ()})
+    digest = hashlib.sha256()
+    for image in images:
+        rel = Path(image).resolve().relative_to(root.resolve()).as_posix()
+        digest.update(f"{rel}\t{sha256_file(image)}\n".encode())
+    return {"images_sha256": digest.hexdigest(), "images": len(images)}
+
+
+def data_record(recipe: Recipe, phase: str) -> dict[str, Any]:
+    """The digests of what ``phase`` of ``recipe`` trains on (pure but for reading the files)."""
+    from spatialiq_train.core.traces import split_file
+
+    d = recipe.data
+    split = d.sft_split if phase == "sft" else d.rl_split
+    section = recipe.sft if phase == "sft" else recipe.rl
+    splits = [split] + ([d.eval_split] if section.validation.every_steps is not None and d.eval_split else [])
+    traces = {f"{s}.jsonl": sha256_file(split_file(d.traces_dir, s)) for s in dict.fromkeys(splits)
+              if split_file(d.traces_dir, s).is_file()}
+    return {"phase": phase, "traces_dir": Path(d.traces_dir).name, "traces": traces,
+            "data_root": Path(d.data_root).name, **_images_record(recipe, split, phase)}
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two data records, in words."""
+    said = []
+    for name in sorted(old.get("traces", {}).keys() | new.get("traces", {}).keys()):
+        a, b = old.get("traces", {}).get(name), new.get("traces", {}).get(name)
+        if a != b:
+            said.append(f"data.traces_dir {name}: recorded sha256 {str(a)[:12]}, now {str(b)[:12]}")
+    if old.get("manifest_sha256") != new.get("manifest_sha256"):
+        def seed(r: dict[str, Any]) -> str:
+            return f"seed {r.get('seed')}, " if r.get("seed") is not None else ""
+
+        said.append(f"data.data_root manifest.json: recorded {seed(old)}sha256 {str(old.get('manifest_sha256'))[:12]}"
+                    f", now {seed(new)}sha256 {str(new.get('manifest_sha256'))[:12]}")
+    elif old.get("images_sha256") != new.get("images_sha256"):
+        said.append(f"data.data_root images of the split: recorded sha256 {str(old.get('images_sha256'))[:12]} "
+                    f"({old.get('images')} images), now {str(new.get('images_sha256'))[:12]} ({new.get('images')})")
+    return said
+
+
+def check_same_data(out: Path, recipe: Recipe, phase: str, resuming: bool) -> dict[str, Any]:
+    """The data record of this start; when ``resuming`` a phase that recorded one, a :class:`DataChangedError` if
+    the data differ from it. Writes nothing."""
+    record = data_record(recipe, phase)
+    path = out / DATA_RECORD
+    if not resuming or not path.is_file():
+        return record
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable data record ({exc}); it says what the checkpoints of {out} were "
+                        "trained on: restore it, or pick a new --out for a new run") from None
+    changed = _changes(old, record) if isinstance(old, dict) else ["the record is not a JSON object"]
+    if changed:
+        raise DataChangedError(f"{out}: the data changed since this run started ({'; '.join(changed)}); a resume "
+                               "continues the data its checkpoints were trained on: put that data back at "
+                               f"data.traces_dir / data.data_root, or pick a new --out for a new run")
+    return record
+
+
+def write_data_record(out: Path, record: dict[str, Any] | None) -> None:
+    """Keep ``record`` as the phase's data record (written whole, then renamed); None (datasets given in code,
+    not read from files) writes nothing."""
+    if record is not None:
+        atomic_write_json(out / DATA_RECORD, record)
+
+
+def check_trained(global_step: int, out: Path, phase: str) -> None:
+    """A :class:`JobFailure` when the phase ended without an optimizer step: it is then neither recorded complete
+    nor exported (its weights are those it started from)."""
+    if int(global_step) > 0:
+        return
+    raise JobFailure(f"{out}: the {phase.upper()} phase trained no optimizer step (global step 0: the split gave "
+                     "no full batch), so nothing was marked complete or exported; give the phase more rows than one "
+                     "batch (data.max_examples, sft.optimizer.global_batch_size, rl.prompts_per_step)")
+
+
+def read_data_records(folders: list[Path]) -> list[dict[str, Any]]:
+    """The data records of the phase folders that hold one, in order."""
+    found = []
+    for folder in folders:
+        path = folder / DATA_RECORD
+        try:
+            record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        except (OSError, ValueError):
+            record = None
+        if isinstance(record, dict):
+            found.append(record)
+    return found
