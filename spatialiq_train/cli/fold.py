@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -68,6 +69,85 @@ def traces(
     with output_lock(out, "--out"):
         counts = write_fold_traces(data, out, kind)
     typer.echo(", ".join(f"{name}.jsonl {n}" for name, n in counts.items()) + f" under {out}")
+
+
+def _truth(data: Path | None, records: Path | None, split: str | None) -> tuple[Any, list[Any]]:
+    """(truth by id, the records) from a `fold gen` dataset or a JSON list of records (exactly one of them)."""
+    from data_gen.folding_gen import iter_tasks
+    from eval.folding import truth_of
+    from spatialiq_train.core.errors import UserError
+    from spatialiq_train.core.io import read_json
+
+    if (data is None) == (records is None):
+        raise UserError("give either --data (a `spatialiq fold gen` dataset) or --records (a JSON list of records)")
+    if records is not None:
+        rows = read_json(records)
+        if not isinstance(rows, list):
+            raise UserError(f"--records {records}: expected a JSON list of records, got {type(rows).__name__}")
+        return truth_of(rows), rows
+    tasks = list(iter_tasks(data, split))  # type: ignore[arg-type]
+    if not tasks:
+        raise UserError(f"--data {data}: no tasks{f' in split {split}' if split else ''} (write them with fold gen)")
+    return truth_of([r for _, r in tasks]), tasks
+
+
+@fold_app.command("sample")
+def sample(
+    data: Path = typer.Option(..., "--data", help="A dataset written by `spatialiq fold gen`."),
+    split: str = typer.Option("benchmark", "--split", help="The split whose tasks are asked."),
+    model: str = typer.Option(..., "--model", help="A checkpoint folder (e.g. a run's final/)."),
+    out: Path = typer.Option(..., "--out", help="Completion JSONL: id, sample, completion per line."),
+    k: int = typer.Option(1, "--k", help="Completions per task."),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens"),
+    engine: str = typer.Option("auto", "--engine", help="auto (vLLM when installed), vllm or transformers."),
+    device: str = typer.Option("cpu", "--device", help="transformers engine device."),
+    limit: int | None = typer.Option(None, "--limit", help="Only the first N tasks (smoke runs)."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Draw k completions per folding task (its prompt and sheet image) from a checkpoint."""
+    from data_gen.folding_gen import iter_tasks
+    from eval.engines import check_device, make_engine
+    from eval.folding import task_requests
+    from eval.sample import SamplingConfig
+    from spatialiq_train.core.io import atomic_write_text
+
+    tasks = list(iter_tasks(data, split))[:limit]
+    config = SamplingConfig(k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    requests = task_requests(tasks, k, seed)
+    gen = make_engine(engine, model, device=check_device(device, engine))  # type: ignore[arg-type]
+    texts = gen.generate(requests, config) if requests else []
+    lines = [
+        json.dumps({"id": r.view, "sample": i, "completion": t}, ensure_ascii=False)
+        for r, ts in zip(requests, texts, strict=True)
+        for i, t in zip(r.samples, ts, strict=True)
+    ]
+    atomic_write_text(out, "".join(line + "\n" for line in lines))
+    typer.echo(f"{len(lines)} completion(s) of {len(requests)} task(s) written to {out}")
+
+
+@fold_app.command("score")
+def score(
+    completions: Path = typer.Option(..., "--completions", help="Completion JSONL: id, sample, completion."),
+    out: Path = typer.Option(..., "--out", help="Metrics JSON: the paper's table and the per-record counts."),
+    data: Path | None = typer.Option(None, "--data", help="Truth: a `spatialiq fold gen` dataset."),
+    records: Path | None = typer.Option(None, "--records", help="Truth: a JSON list of records (the release's)."),
+    split: str | None = typer.Option(None, "--split", help="With --data: only this split's tasks."),
+    direction: bool = typer.Option(
+        True, "--direction/--no-direction", help="Match hole directions (the paper's text modality scores without)."
+    ),
+) -> None:
+    """Score completions with the MentalBlackboard paper's metrics: exact match, partial accuracy, records with
+    extra and missing holes, unfolding accuracy (exact and per step), per-field accuracy."""
+    from dataclasses import asdict
+
+    from eval.folding import read_completions, score_completions
+    from spatialiq_train.core.io import atomic_write_json
+
+    truth, _ = _truth(data, records, split)
+    scores, table = score_completions(truth, read_completions(completions), use_direction=direction)
+    atomic_write_json(out, {"metrics": table, "scores": [asdict(s) for s in scores]})
+    typer.echo("  ".join(f"{k} {v:.4g}" for k, v in table.items()))
 
 
 def register(app: typer.Typer) -> None:
