@@ -67,6 +67,10 @@ def test_codes_and_names_round_trip_and_bad_steps_are_named() -> None:
         parse_fold("diagonal_top_to_bottom")
     with pytest.raises(FoldError, match="step 2 .*square sheet"):
         simulate([parse_fold("vertical_right_to_left"), parse_fold("diagonal_topLeft_to_bottomRight")], [])
+    with pytest.raises(FoldError, match="step 3 .*crease would cut a triangle"):  # a one-cell-wide sheet halved
+        simulate(
+            [parse_fold(n) for n in ("vertical_left_to_right", "vertical_right_to_left", "vertical_left_to_right")], []
+        )
     with pytest.raises(FoldError, match="hole 1 at location 5 .*no paper there"):
         simulate([parse_fold("vertical_right_to_left")], [Hole("circle", "small", "", 5)])
     with pytest.raises(FoldError, match="at least one fold"):
