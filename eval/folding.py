@@ -16,9 +16,10 @@ from typing import Any
 from eval.sample import Request, request_seed
 from spatialiq_train.core.errors import InputError
 from spatialiq_train.core.folding import FoldError, Hole
-from spatialiq_train.core.folding_answers import parse_holes, parse_unfolding
+from spatialiq_train.core.folding_answers import parse_holes, parse_unfolding, task_prompt
+from spatialiq_train.core.folding_holes import covered_locations, fold_steps
 from spatialiq_train.core.folding_metrics import FoldingScore, score_prediction, summarize_scores
-from spatialiq_train.core.folding_records import read_hole, read_holes, record_id
+from spatialiq_train.core.folding_records import read_hole, read_holes, read_steps, record_id
 from spatialiq_train.core.io import loads_json, read_text
 
 Truth = dict[str, tuple[list[Hole], list[str]]]
@@ -124,6 +125,33 @@ def score_completions(
         score_prediction(None, h, None, u, use_direction) for rid, (h, u) in truth.items() if rid not in answered
     ]
     return scores, summarize_scores(scores)
+
+
+def record_prompt(record: Mapping[str, Any], where: str) -> str:
+    """Our text of a record's task (:func:`spatialiq_train.core.folding_answers.task_prompt`), from its folds and
+    initial holes: how ``fold sample --records`` asks a model the release's questions in our answer format."""
+    steps = read_steps(record, where)
+    punches = read_holes(record, "initialHoles", where)
+    return task_prompt(steps, punches, covered_locations(fold_steps(steps)))
+
+
+def record_requests(
+    records: Sequence[Mapping[str, Any]], k: int, seed: int, images: Path | None = None
+) -> list[Request]:
+    """Sampling requests for records in the release's schema: the text of each, with ``IMAGES/<id>.png`` when an
+    image folder is given (the user's own pictures of the release's 2D modality), else text only."""
+    out = []
+    for row, rec in enumerate(records, 1):
+        rid = record_id(rec, row)
+        shown: tuple[Path, ...] = ()
+        if images is not None:
+            path = images / f"{rid}.png"
+            if not path.is_file():
+                raise InputError(f"--images {images}: no {path.name} for record {rid}")
+            shown = (path,)
+        prompt = record_prompt(rec, f"record {rid}")
+        out.append(Request(rid, "folding", prompt, None, shown, tuple(range(k)), request_seed(seed, rid, "folding")))
+    return out
 
 
 def task_requests(tasks: Iterable[tuple[Path, Mapping[str, Any]]], k: int, seed: int) -> list[Request]:

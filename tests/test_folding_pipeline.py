@@ -11,7 +11,7 @@ import pytest
 from _train_support import REPO, one_thread
 from typer.testing import CliRunner
 
-from eval.folding import parse_release_answer, score_completions, truth_of
+from eval.folding import parse_release_answer, record_requests, score_completions, truth_of
 from spatialiq_train.cli import app
 from spatialiq_train.core.folding_answers import answer_text
 from spatialiq_train.core.folding_records import check_records
@@ -114,6 +114,9 @@ def test_the_released_records_score_with_the_papers_metrics(shared_dir: Path) ->
         assert table["unfolding_exact"] == 1.0 and table["extra_holes"] == table["missing_holes"] == 0.0
     _, none = score_completions(truth, [])
     assert none["exact_match"] == 0.0 and none["missing_holes"] == 1.0 and none["parsed"] == 0.0
+    asked = record_requests(records[:2], 1, 0)  # `fold sample --records`: our text of the release's tasks
+    assert [r.view for r in asked] == ["PFHP_1", "PFHP_2"] and "(rotation-270)" in asked[0].prompt
+    assert asked[0].images == () and "location 12 (row 2, column 2, right triangle)" in asked[0].prompt
     # the release's [row, column, triangle] locations read as locations 1-32
     holes, codes = parse_release_answer(
         '{"resultHoles": [{"shape": "circle", "size": "small", "direction": "", '

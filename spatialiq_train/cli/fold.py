@@ -93,10 +93,12 @@ def _truth(data: Path | None, records: Path | None, split: str | None) -> tuple[
 
 @fold_app.command("sample")
 def sample(
-    data: Path = typer.Option(..., "--data", help="A dataset written by `spatialiq fold gen`."),
-    split: str = typer.Option("benchmark", "--split", help="The split whose tasks are asked."),
     model: str = typer.Option(..., "--model", help="A checkpoint folder (e.g. a run's final/)."),
     out: Path = typer.Option(..., "--out", help="Completion JSONL: id, sample, completion per line."),
+    data: Path | None = typer.Option(None, "--data", help="Tasks: a `spatialiq fold gen` dataset (prompt + image)."),
+    records: Path | None = typer.Option(None, "--records", help="Tasks: a JSON list of records (our text of each)."),
+    images: Path | None = typer.Option(None, "--images", help="With --records: a folder of <id>.png to show too."),
+    split: str = typer.Option("benchmark", "--split", help="With --data: the split whose tasks are asked."),
     k: int = typer.Option(1, "--k", help="Completions per task."),
     temperature: float = typer.Option(1.0, "--temperature"),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens"),
@@ -105,16 +107,19 @@ def sample(
     limit: int | None = typer.Option(None, "--limit", help="Only the first N tasks (smoke runs)."),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
-    """Draw k completions per folding task (its prompt and sheet image) from a checkpoint."""
-    from data_gen.folding_gen import iter_tasks
+    """Draw k completions per folding task from a checkpoint: generated tasks (prompt and sheet image), or records
+    in the release's schema (our text of each; with --images, the user's pictures too)."""
     from eval.engines import check_device, make_engine
-    from eval.folding import task_requests
+    from eval.folding import record_requests, task_requests
     from eval.sample import SamplingConfig
     from spatialiq_train.core.io import atomic_write_text
 
-    tasks = list(iter_tasks(data, split))[:limit]
+    _, tasks = _truth(data, records, split if data is not None else None)
     config = SamplingConfig(k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-    requests = task_requests(tasks, k, seed)
+    if data is not None:
+        requests = task_requests(tasks[:limit], k, seed)
+    else:
+        requests = record_requests(tasks[:limit], k, seed, images)
     gen = make_engine(engine, model, device=check_device(device, engine))  # type: ignore[arg-type]
     texts = gen.generate(requests, config) if requests else []
     lines = [
