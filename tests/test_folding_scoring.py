@@ -89,3 +89,19 @@ def test_the_hole_rewards_are_gated_and_registered_with_the_count_reward_unchang
     assert exact == [1.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="needs the column 'holes'"):
         get_reward("hole_partial")(completions, answer=[2] * 3)
+
+
+def test_the_reward_lab_scores_a_folding_answer(tmp_path) -> None:  # noqa: ANN001
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    gt = tmp_path / "gt.json"
+    gt.write_text(json.dumps({"holes": [A.as_record(), C.as_record()]}), encoding="utf-8")
+    text = "<holes>1 small triangle 90\n5 large circle\n9 small star 0</holes><answer>3</answer>"
+    res = CliRunner().invoke(app, ["reward", "score", "-r", "folding", "-a", "2", "--gt", str(gt), "-c", text])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert (
+        lines[2].split()[:2] == ["hole_partial", "0.666667"] and lines[-1] == "0.726667"
+    )  # 0.1 + 0.2 * 0.8 + 0.7 * 2/3
