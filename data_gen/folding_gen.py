@@ -148,6 +148,7 @@ def generate(out: Path, split: str, count: int, seed: int, groups: Sequence[str]
     """Write the tasks ``0..count-1`` of a split that are not there yet; returns (written, kept)."""
     if split not in splits.SPLITS:
         raise InputError(f"--split {split!r}; valid: {', '.join(splits.SPLITS)}")
+    check_run(out / split, {"seed": seed, "groups": list(groups)})
     written = kept = 0
     for index in range(count):
         folder = out / split / f"{split}_{index:06d}"
@@ -159,6 +160,32 @@ def generate(out: Path, split: str, count: int, seed: int, groups: Sequence[str]
         atomic_write_text(folder / "record.json", dumps_json(task.record))
         written += 1
     return written, kept
+
+
+RUN_FILE = "fold_gen.json"
+"""Per split folder: the arguments its tasks were drawn with (a rerun with others is refused)."""
+
+
+def check_run(folder: Path, args: dict[str, Any]) -> None:
+    """Record ``args`` in a new split folder, or refuse a rerun whose arguments differ from the recorded ones (its
+    tasks would not be the ones already there); ``--count`` may change (a larger one extends the run)."""
+    path = folder / RUN_FILE
+    if path.is_file():
+        recorded = read_json(path)
+        if recorded != args:
+            diff = ", ".join(
+                f"{k} {recorded.get(k)!r} there, {v!r} now"
+                for k, v in args.items()
+                if isinstance(recorded, dict) and recorded.get(k) != v
+            )
+            raise InputError(
+                f"{folder}: its tasks were drawn with other arguments ({diff or recorded}); "
+                "rerun with the recorded ones, or write to another --out"
+            )
+        return
+    if folder.is_dir() and any(folder.glob("*/record.json")):
+        raise InputError(f"{folder}: holds tasks but no {RUN_FILE}; write to another --out")
+    atomic_write_text(path, dumps_json(args))
 
 
 def iter_tasks(root: Path, split: str | None = None) -> Iterator[tuple[Path, dict[str, Any]]]:

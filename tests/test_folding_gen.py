@@ -58,9 +58,11 @@ def test_a_rerun_changes_no_byte_and_an_interrupted_run_resumes(dataset: Path, t
     assert _digest(dataset) == before
     generate(tmp_path / "fresh", "train", 3, 7, list(GROUPS))
     fresh = _digest(tmp_path / "fresh")
-    assert fresh == {k: v for k, v in before.items() if k in fresh} and len(fresh) == 6
+    assert fresh == {k: v for k, v in before.items() if k in fresh} and len(fresh) == 7  # 3 tasks + fold_gen.json
     generate(tmp_path / "other", "train", 3, 8, list(GROUPS))  # another seed, other tasks
     assert _digest(tmp_path / "other") != fresh
+    with pytest.raises(InputError, match="drawn with other arguments \\(seed 8 there, 7 now\\)"):
+        generate(tmp_path / "other", "train", 4, 7, list(GROUPS))
 
 
 def test_no_configuration_is_in_two_splits_and_a_copied_task_is_caught(dataset: Path, tmp_path: Path) -> None:
