@@ -98,11 +98,19 @@ def main(argv: list[str] | None = None) -> int:
             held[variant][seed] = heldout_scores(out / "final", data, r.generation.max_completion_length)
     summary = learning_summary(rl_curves, control_curves)
     lifts = {m: t_interval([held["rl"][s][m] - held["control"][s][m] for s in a.seeds]) for m in HELD_OUT}
-    result = {"recipe": str(RECIPE.relative_to(REPO)), "overrides": common, "seeds": a.seeds,
-              "train_reward_lift": {"lift": summary.lift, "low": summary.low, "high": summary.high,
-                                    "per_seed": [s.lift for s in summary.seeds]},
-              "heldout": held, "heldout_lift": {m: dict(zip(("mean", "low", "high"), v, strict=True))
-                                                for m, v in lifts.items()}}
+    result = {
+        "recipe": str(RECIPE.relative_to(REPO)),
+        "overrides": common,
+        "seeds": a.seeds,
+        "train_reward_lift": {
+            "lift": summary.lift,
+            "low": summary.low,
+            "high": summary.high,
+            "per_seed": [s.lift for s in summary.seeds],
+        },
+        "heldout": held,
+        "heldout_lift": {m: dict(zip(("mean", "low", "high"), v, strict=True)) for m, v in lifts.items()},
+    }
     (a.work / "folding_learning.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     for line in summary_lines(summary, 0.0):
         print(line)
