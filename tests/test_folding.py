@@ -34,6 +34,9 @@ def test_one_vertical_fold_mirrors_the_hole_and_its_direction() -> None:
     got = simulate([parse_fold("vertical_right_to_left")], [Hole("triangle", "small", 90, 1)])
     assert _holes(got) == {(1, "triangle", 90), (8, "triangle", 270)}
     assert got.unfolding == ("V1-F",)
+    # folded to the back: the same layers under the punch (it goes through all of them), the code says B
+    back = simulate([parse_fold("vertical_right_to_left", to_front=False)], [Hole("triangle", "small", 90, 1)])
+    assert back.holes == got.holes and back.unfolding == ("V1-B",)
     # a half-turn shape keeps its axis under a mid-line reflection, a round one has none
     assert _holes(simulate([parse_fold("vertical_right_to_left")], [Hole("rectangle", "large", "90, 270", 1)])) == {
         (1, "rectangle", "90, 270"),
