@@ -46,24 +46,28 @@ def _release_location(raw: Any) -> int | None:
     return raw if isinstance(raw, int) and not isinstance(raw, bool) else None
 
 
+_MAX_OBJECT_STARTS = 256
+"""How many ``{`` positions, from the end of a completion, are tried as the start of the release's JSON answer (each
+try parses one object, so a completion full of braces costs at most this many linear passes)."""
+
+
 def parse_release_answer(text: str) -> tuple[list[Hole] | None, list[str] | None]:
     """An answer in the release's JSON form (``{"resultHoles": [...], "unfoldingTypes": [...]}``, location 1-32 or
     ``[row, column, triangle]``): the last such object in the text, else (None, None). Never raises."""
     if not isinstance(text, str):
         return None, None
-    end = text.rfind("}")
-    while end >= 0:
-        start = text.rfind("{", 0, end)
-        while start >= 0:
-            try:
-                obj = json.loads(text[start : end + 1])
-            except ValueError:
-                start = text.rfind("{", 0, start)
-                continue
-            if isinstance(obj, dict) and "resultHoles" in obj:
-                return _release_holes(obj.get("resultHoles")), _codes(obj.get("unfoldingTypes"))
+    decoder = json.JSONDecoder()
+    pos = len(text)
+    for _ in range(_MAX_OBJECT_STARTS):
+        pos = text.rfind("{", 0, pos)
+        if pos < 0:
             break
-        end = text.rfind("}", 0, end)
+        try:
+            obj, _ = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+            continue
+        if isinstance(obj, dict) and "resultHoles" in obj:
+            return _release_holes(obj.get("resultHoles")), _codes(obj.get("unfoldingTypes"))
     return None, None
 
 

@@ -123,3 +123,5 @@ def test_the_released_records_score_with_the_papers_metrics(shared_dir: Path) ->
         '"location": [1, 2, 1]}], "unfoldingTypes": ["V1-F"]}'
     )
     assert [h.location for h in holes or []] == [14] and codes == ["V1-F"]
+    for junk in ("{" * 100_000 + "}" * 100_000, '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "no json"):
+        assert parse_release_answer(junk) == (None, None)  # never raises, bounded work
