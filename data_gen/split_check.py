@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_gen import structure
+from data_gen import folding_gen, structure
 from spatialiq_train.core import splits
 from spatialiq_train.core.dataset import (
     DatasetNotFoundError,
@@ -142,6 +142,7 @@ def check_splits(dirs: Iterable[str | Path]) -> SplitReport:
             raise DatasetNotFoundError(f"{root}: not a directory (expected a dataset written by spatialiq gen)")
         records.extend(scene_records(root, problems))
         records.extend(parquet_records(root))
+        records.extend(Record(*e) for e in folding_gen.split_entries(root, problems))  # paper folding (docs/folding.md)
     report = SplitReport(records=len(records), problems=problems)
     for rec in records:
         report.structures.setdefault(rec.split, set()).add(rec.structure_id)

@@ -34,6 +34,9 @@ def test_one_vertical_fold_mirrors_the_hole_and_its_direction() -> None:
     got = simulate([parse_fold("vertical_right_to_left")], [Hole("triangle", "small", 90, 1)])
     assert _holes(got) == {(1, "triangle", 90), (8, "triangle", 270)}
     assert got.unfolding == ("V1-F",)
+    # folded to the back: the same layers under the punch (it goes through all of them), the code says B
+    back = simulate([parse_fold("vertical_right_to_left", to_front=False)], [Hole("triangle", "small", 90, 1)])
+    assert back.holes == got.holes and back.unfolding == ("V1-B",)
     # a half-turn shape keeps its axis under a mid-line reflection, a round one has none
     assert _holes(simulate([parse_fold("vertical_right_to_left")], [Hole("rectangle", "large", "90, 270", 1)])) == {
         (1, "rectangle", "90, 270"),
@@ -67,6 +70,10 @@ def test_codes_and_names_round_trip_and_bad_steps_are_named() -> None:
         parse_fold("diagonal_top_to_bottom")
     with pytest.raises(FoldError, match="step 2 .*square sheet"):
         simulate([parse_fold("vertical_right_to_left"), parse_fold("diagonal_topLeft_to_bottomRight")], [])
+    with pytest.raises(FoldError, match="step 3 .*crease would cut a triangle"):  # a one-cell-wide sheet halved
+        simulate(
+            [parse_fold(n) for n in ("vertical_left_to_right", "vertical_right_to_left", "vertical_left_to_right")], []
+        )
     with pytest.raises(FoldError, match="hole 1 at location 5 .*no paper there"):
         simulate([parse_fold("vertical_right_to_left")], [Hole("circle", "small", "", 5)])
     with pytest.raises(FoldError, match="at least one fold"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,36 @@ def test_the_hole_rewards_are_gated_and_registered_with_the_count_reward_unchang
     assert exact == [1.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="needs the column 'holes'"):
         get_reward("hole_partial")(completions, answer=[2] * 3)
+
+
+def test_the_reward_lab_scores_a_folding_answer(tmp_path) -> None:  # noqa: ANN001
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    gt = tmp_path / "gt.json"
+    gt.write_text(json.dumps({"holes": [A.as_record(), C.as_record()]}), encoding="utf-8")
+    text = "<holes>1 small triangle 90\n5 large circle\n9 small star 0</holes><answer>3</answer>"
+    res = CliRunner().invoke(app, ["reward", "score", "-r", "folding", "-a", "2", "--gt", str(gt), "-c", text])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert (
+        lines[2].split()[:2] == ["hole_partial", "0.666667"] and lines[-1] == "0.726667"
+    )  # 0.1 + 0.2 * 0.8 + 0.7 * 2/3
+
+
+def test_task_families_are_peers_behind_one_small_interface() -> None:
+    from reward.registry import combination_weights
+    from spatialiq_train.core.dataset import REWARD_FIELDS
+    from spatialiq_train.core.errors import InputError
+    from spatialiq_train.core.families import FAMILIES, family_of
+    from spatialiq_train.core.recipes import load_recipe
+
+    assert family_of({}).name == "cube" and family_of({}).reward_columns == REWARD_FIELDS  # cube rows name none
+    assert family_of({"family": "folding"}).reward_columns == ("holes",)
+    with pytest.raises(InputError, match="row 3: unknown task family 'origami'; valid: cube, folding"):
+        family_of({"family": "origami"}, "row 3")
+    for family in FAMILIES.values():
+        assert get_reward(family.default_reward) is not None  # each family's reward is registered
+    recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "tiny_cpu_folding.yaml")
+    assert recipe.reward.weights == combination_weights(FAMILIES["folding"].default_reward)

@@ -20,7 +20,7 @@ from spatialiq_train.core.recipes import (
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 SHIPPED = sorted(RECIPES.glob("*.yaml"))
 EXPECTED = {"sft_plain_7b", "sft_cot_7b", "dapo_tight_7b", "sft_plain_32b", "sft_cot_32b", "dapo_tight_32b",
-            "tiny_cpu"}
+            "tiny_cpu", "tiny_cpu_folding"}
 
 
 def test_every_expected_recipe_is_shipped() -> None:

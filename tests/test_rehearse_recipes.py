@@ -10,7 +10,8 @@ What the rehearsal changes, and why it does not change which code runs (each is 
   7B/32B weights, which this machine cannot hold.
 - the data: one small generated dataset (`spatialiq gen --renderer none --parts val=1,warmup=2,rl=3`, a 56x56
   random image per view instead of a render) turned into real traces by `spatialiq traces --kind cot|plain`, so
-  every split a recipe names exists and the prompts are the benchmark's.
+  every split a recipe names exists and the prompts are the benchmark's; a paper-folding recipe (its reward names
+  a folding reward) gets 40 `spatialiq fold gen` tasks and their `spatialiq fold traces` instead.
 - step counts: `*.optimizer.max_steps` 1, then 2 with `--extend` (the resume from checkpoint-1).
 - periods: `*.validation.every_steps=1` where the recipe validates (never where it does not), `logging.save_steps=1`.
 - sizes: `*.validation.max_samples=2` validation rows, `generation.max_completion_length=16` tokens; where the
@@ -93,7 +94,19 @@ def rehearsal_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out[kind] = root / "traces" / kind
         for split in ("train", "val", "warmup", "rl"):
             assert (out[kind] / f"{split}.jsonl").stat().st_size > 0, (kind, split)
+    # the paper-folding family's recipes rehearse on folding tasks (`fold gen`, `fold traces`; docs/folding.md)
+    folding = root / "folding"
+    _invoke("fold", "gen", "--out", folding, "--count", "40", "--groups", "one_step,two_step", "--seed", "0")
+    out["folding"] = folding
+    for kind in ("cot", "plain"):
+        _invoke("fold", "traces", "--data", folding, "--out", root / "folding-traces" / kind, "--kind", kind)
+        out[f"folding-{kind}"] = root / "folding-traces" / kind
     return out
+
+
+def _is_folding(raw: dict[str, Any]) -> bool:
+    """A recipe of the paper-folding family: its reward names a folding reward."""
+    return bool({"hole_partial", "hole_exact", "folding"} & set((raw.get("reward") or {}).get("weights") or {}))
 
 
 def _recipe_yaml(path: Path) -> dict[str, Any]:
@@ -105,7 +118,9 @@ def shortened(path: Path, data: dict[str, Path], phases: tuple[str, ...]) -> lis
     periods and lengths; step budgets are added by the caller."""
     raw = _recipe_yaml(path)
     kind = "plain" if Path(raw.get("data", {}).get("traces_dir", "cot")).name == "plain" else "cot"
-    out = ["model.tiny=true", f"data.traces_dir={data[kind]}", f"data.data_root={data['data']}",
+    family = "folding-" if _is_folding(raw) else ""
+    root = data["folding"] if family else data["data"]
+    out = ["model.tiny=true", f"data.traces_dir={data[family + kind]}", f"data.data_root={root}",
            "logging.save_steps=1"]
     recipe = load_recipe(path)
     if _has_rl_phase(path):  # rollouts: 16 tokens, the overlong window scaled with them where it lies inside

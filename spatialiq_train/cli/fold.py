@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -30,6 +31,128 @@ def simulate(
         if c.error:
             typer.echo(f"{c.id}: {c.error}", err=True)
     typer.echo(f"{sum(c.agrees for c in checks)} of {len(checks)} agree")
+
+
+@fold_app.command("gen")
+def gen(
+    out: Path = typer.Option(..., "--out", help="Dataset folder: OUT/<split>/<id>/record.json and sheet.png."),
+    split: str = typer.Option("train", "--split", help="train or benchmark (no configuration is in both)."),
+    count: int = typer.Option(..., "--count", help="Tasks 0..count-1 of the split (present ones are kept)."),
+    seed: int = typer.Option(0, "--seed", help="Run seed: task i is a function of (seed, split, i)."),
+    groups: str = typer.Option("", "--groups", help="Comma-separated structure groups (default: all nine, in turn)."),
+) -> None:
+    """Generate paper-folding tasks in the release's record schema, each with its text prompt and sheet image;
+    an interrupted run resumes, a rerun changes no byte."""
+    from data_gen.folding_gen import check_groups, generate
+    from spatialiq_train.core.errors import UserError
+    from spatialiq_train.core.lock import output_lock
+
+    if count < 1:
+        raise UserError(f"--count {count}: give at least 1")
+    names = check_groups([g.strip() for g in groups.split(",")])
+    with output_lock(out, "--out"):
+        written, kept = generate(out, split, count, seed, names)
+    typer.echo(f"{split}: {written} task(s) written, {kept} already there, under {out / split}")
+
+
+@fold_app.command("traces")
+def traces(
+    data: Path = typer.Option(..., "--data", help="A dataset written by `spatialiq fold gen`."),
+    out: Path = typer.Option(..., "--out", help="Folder for train/val/warmup/rl.jsonl and benchmark.jsonl."),
+    kind: str = typer.Option(..., "--kind", help="plain (the answer) or cot (the unfolding steps, then the answer)."),
+) -> None:
+    """Write chat-format trace JSONL for the folding tasks (image paths relative to --data: train with
+    data.data_root set to it)."""
+    from data_gen.folding_traces import write_fold_traces
+    from spatialiq_train.core.lock import output_lock
+
+    with output_lock(out, "--out"):
+        counts = write_fold_traces(data, out, kind)
+    typer.echo(", ".join(f"{name}.jsonl {n}" for name, n in counts.items()) + f" under {out}")
+
+
+def _truth(data: Path | None, records: Path | None, split: str | None) -> tuple[Any, list[Any]]:
+    """(truth by id, the records) from a `fold gen` dataset or a JSON list of records (exactly one of them)."""
+    from data_gen.folding_gen import iter_tasks
+    from eval.folding import truth_of
+    from spatialiq_train.core.errors import UserError
+    from spatialiq_train.core.io import read_json
+
+    if (data is None) == (records is None):
+        raise UserError("give either --data (a `spatialiq fold gen` dataset) or --records (a JSON list of records)")
+    if records is not None:
+        rows = read_json(records)
+        if not isinstance(rows, list):
+            raise UserError(f"--records {records}: expected a JSON list of records, got {type(rows).__name__}")
+        return truth_of(rows), rows
+    tasks = list(iter_tasks(data, split))  # type: ignore[arg-type]
+    if not tasks:
+        raise UserError(f"--data {data}: no tasks{f' in split {split}' if split else ''} (write them with fold gen)")
+    return truth_of([r for _, r in tasks]), tasks
+
+
+@fold_app.command("sample")
+def sample(
+    model: str = typer.Option(..., "--model", help="A checkpoint folder (e.g. a run's final/)."),
+    out: Path = typer.Option(..., "--out", help="Completion JSONL: id, sample, completion per line."),
+    data: Path | None = typer.Option(None, "--data", help="Tasks: a `spatialiq fold gen` dataset (prompt + image)."),
+    records: Path | None = typer.Option(None, "--records", help="Tasks: a JSON list of records (our text of each)."),
+    images: Path | None = typer.Option(None, "--images", help="With --records: a folder of <id>.png to show too."),
+    split: str = typer.Option("benchmark", "--split", help="With --data: the split whose tasks are asked."),
+    k: int = typer.Option(1, "--k", help="Completions per task."),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens"),
+    engine: str = typer.Option("auto", "--engine", help="auto (vLLM when installed), vllm or transformers."),
+    device: str = typer.Option("cpu", "--device", help="transformers engine device."),
+    limit: int | None = typer.Option(None, "--limit", help="Only the first N tasks (smoke runs)."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Draw k completions per folding task from a checkpoint: generated tasks (prompt and sheet image), or records
+    in the release's schema (our text of each; with --images, the user's pictures too)."""
+    from eval.engines import check_device, make_engine
+    from eval.folding import record_requests, task_requests
+    from eval.sample import SamplingConfig
+    from spatialiq_train.core.io import atomic_write_text
+
+    _, tasks = _truth(data, records, split if data is not None else None)
+    config = SamplingConfig(k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    if data is not None:
+        requests = task_requests(tasks[:limit], k, seed)
+    else:
+        requests = record_requests(tasks[:limit], k, seed, images)
+    gen = make_engine(engine, model, device=check_device(device, engine))  # type: ignore[arg-type]
+    texts = gen.generate(requests, config) if requests else []
+    lines = [
+        json.dumps({"id": r.view, "sample": i, "completion": t}, ensure_ascii=False)
+        for r, ts in zip(requests, texts, strict=True)
+        for i, t in zip(r.samples, ts, strict=True)
+    ]
+    atomic_write_text(out, "".join(line + "\n" for line in lines))
+    typer.echo(f"{len(lines)} completion(s) of {len(requests)} task(s) written to {out}")
+
+
+@fold_app.command("score")
+def score(
+    completions: Path = typer.Option(..., "--completions", help="Completion JSONL: id, sample, completion."),
+    out: Path = typer.Option(..., "--out", help="Metrics JSON: the paper's table and the per-record counts."),
+    data: Path | None = typer.Option(None, "--data", help="Truth: a `spatialiq fold gen` dataset."),
+    records: Path | None = typer.Option(None, "--records", help="Truth: a JSON list of records (the release's)."),
+    split: str | None = typer.Option(None, "--split", help="With --data: only this split's tasks."),
+    direction: bool = typer.Option(
+        True, "--direction/--no-direction", help="Match hole directions (the paper's text modality scores without)."
+    ),
+) -> None:
+    """Score completions with the MentalBlackboard paper's metrics: exact match, partial accuracy, records with
+    extra and missing holes, unfolding accuracy (exact and per step), per-field accuracy."""
+    from dataclasses import asdict
+
+    from eval.folding import read_completions, score_completions
+    from spatialiq_train.core.io import atomic_write_json
+
+    truth, _ = _truth(data, records, split)
+    scores, table = score_completions(truth, read_completions(completions), use_direction=direction)
+    atomic_write_json(out, {"metrics": table, "scores": [asdict(s) for s in scores]})
+    typer.echo("  ".join(f"{k} {v:.4g}" for k, v in table.items()))
 
 
 def register(app: typer.Typer) -> None:

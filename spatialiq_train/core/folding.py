@@ -224,11 +224,9 @@ def _rotation(degrees: int) -> Matrix:
 
 def _reflection(v: Point) -> Matrix:
     """Reflection across the line through the origin perpendicular to ``v`` (``v`` axis-aligned or diagonal)."""
-    n = v[0] * v[0] + v[1] * v[1]
-    return tuple(
-        int(x)
-        for x in (1 - 2 * v[0] * v[0] // n, -2 * v[0] * v[1] // n, -2 * v[0] * v[1] // n, 1 - 2 * v[1] * v[1] // n)
-    )  # type: ignore[return-value]
+    a, b = v
+    n = a * a + b * b  # 1 or 2; every entry below divides exactly
+    return (1 - 2 * a * a // n, -2 * a * b // n, -2 * a * b // n, 1 - 2 * b * b // n)
 
 
 def _about(m: Matrix, centre: Point, p: Point) -> Point:
@@ -249,6 +247,10 @@ def _then(first: Pose, m: Matrix, centre: Point) -> Pose:
     """``first``, then ``m`` about ``centre``."""
     t = _about(m, centre, first[1])
     return (matmul(m, first[0]), t)
+
+
+def _sign(x: int) -> int:
+    return (x > 0) - (x < 0)
 
 
 def _bbox(points: Sequence[Point]) -> tuple[int, int, int, int]:
@@ -294,11 +296,13 @@ def fold_steps(steps: Sequence[Fold]) -> FoldedSheet:
             m = _reflection(v)
             moved = 0
             for i, (p, tri) in enumerate(zip(poses, shapes, strict=True)):
-                c = pose_point(p, centroid(tri))
-                side = (2 * c[0] - x0 - x1) * v[0] + (2 * c[1] - y0 - y1) * v[1]
-                if side == 0:
+                sides = {
+                    _sign((2 * q[0] - x0 - x1) * v[0] + (2 * q[1] - y0 - y1) * v[1])
+                    for q in (pose_point(p, corner) for corner in tri)
+                }
+                if sides >= {-1, 1}:
                     raise FoldError(f"step {n} ({step.name}): the crease would cut a triangle of the sheet")
-                if side > 0:
+                if 1 in sides:
                     poses[i] = _then(p, m, centre)
                     moved += 1
             if moved == 0:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from spatialiq_train.core.dataset import REWARD_FIELDS
 from spatialiq_train.core.errors import InputError
+from spatialiq_train.core.families import family_of
 from spatialiq_train.core.io import loads_json, resolve_inside
 from spatialiq_train.core.truth import refuse_damaged_files
 
@@ -113,7 +114,7 @@ def trace_to_example(row: dict[str, Any], data_root: str | Path, mode: Mode, whe
         raise TraceError(f"{where}: 'answer' must be an integer, got {row['answer']!r}") from None
     example["task_id"] = str(row.get("task_id", "task_main"))
     example["structure_id"] = str(row.get("structure_id", ""))
-    for key in GT_COLUMNS:
+    for key in family_of(row, where).reward_columns:  # the task family's ground truth (core/families.py)
         if key in row:
             example[key] = row[key]
     return example
