@@ -12,7 +12,8 @@ from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
 
 from spatialiq_train.core.recipe_model import OPTIMIZER_KEYS
 from spatialiq_train.core.recipes import RecipeError, recipe_from_dict
-from spatialiq_train.train.phase import NOT_TRL_ARGS, warmup_factor
+from spatialiq_train.train.mapper import OPTIMIZER_ARGS
+from spatialiq_train.train.phase import warmup_factor
 
 one_thread()
 
@@ -21,8 +22,8 @@ def test_every_optimizer_key_is_a_training_arguments_field() -> None:
     from transformers import TrainingArguments
 
     fields = {f.name for f in dataclasses.fields(TrainingArguments)}
-    passed = [k for k in OPTIMIZER_KEYS if k not in NOT_TRL_ARGS]
-    assert passed and not [k for k in passed if k not in fields]
+    passed = [k for k in OPTIMIZER_KEYS if k in OPTIMIZER_ARGS]
+    assert set(passed) == set(OPTIMIZER_ARGS) and not [k for k in passed if k not in fields]
 
 
 def test_optimizer_keys_have_one_spelling() -> None:
@@ -95,20 +96,22 @@ def test_every_vllm_key_maps_onto_a_grpo_config_field() -> None:
     assert len(set(VLLM_TO_GRPO.values())) == len(VLLM_TO_GRPO)  # one to one
 
 
-def test_vllm_section_reaches_grpo_config_when_usable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from spatialiq_train.train import rl
+def test_vllm_section_reaches_grpo_config_when_usable() -> None:
+    from spatialiq_train.core.resolve import Hardware, resolve
+    from spatialiq_train.train.mapper import config_kwargs
 
-    recipe = tiny_recipe(["vllm.mode=server", "vllm.tensor_parallel_size=2", "vllm.max_model_len=64",
-                          "vllm.enable_sleep_mode=true", "vllm.server_host=10.0.0.2", "vllm.server_port=8123",
-                          "vllm.gpu_memory_utilization=0.45"])
-    assert rl.vllm_args(recipe) == {"use_vllm": False}  # CPU: transformers generates
-    monkeypatch.setattr(rl, "vllm_usable", lambda r: True)
-    args = rl.vllm_args(recipe)
-    assert args == {"use_vllm": True, "vllm_mode": "server", "vllm_gpu_memory_utilization": 0.45,
-                    "vllm_tensor_parallel_size": 2, "vllm_max_model_length": 64, "vllm_enable_sleep_mode": True,
-                    "vllm_server_host": "10.0.0.2", "vllm_server_port": 8123,
-                    "vllm_importance_sampling_correction": False, "vllm_importance_sampling_mode": "sequence_mask",
-                    "vllm_importance_sampling_clip_max": 3.0, "vllm_importance_sampling_clip_min": None}
+    recipe = tiny_recipe(["vllm.enabled=true", "vllm.mode=server", "vllm.tensor_parallel_size=2",
+                          "vllm.max_model_len=64", "vllm.enable_sleep_mode=true", "vllm.server_host=10.0.0.2",
+                          "vllm.server_port=8123", "vllm.gpu_memory_utilization=0.45"])
+    cpu = config_kwargs(resolve(recipe, "rl", Hardware(gpu=False, vllm_importable=True)), "out")
+    assert cpu["use_vllm"] is False  # CPU: transformers generates
+    args = config_kwargs(resolve(recipe, "rl", Hardware(gpu=True, vllm_importable=True)), "out")
+    assert {k: v for k, v in args.items() if k.startswith(("vllm", "use_vllm"))} == {
+        "use_vllm": True, "vllm_mode": "server", "vllm_gpu_memory_utilization": 0.45,
+        "vllm_tensor_parallel_size": 2, "vllm_max_model_length": 64, "vllm_enable_sleep_mode": True,
+        "vllm_server_host": "10.0.0.2", "vllm_server_port": 8123,
+        "vllm_importance_sampling_correction": False, "vllm_importance_sampling_mode": "sequence_mask",
+        "vllm_importance_sampling_clip_max": 3.0, "vllm_importance_sampling_clip_min": None}
     with pytest.raises(RecipeError, match=r"vllm.max_model_len \(24\) must exceed generation.max_completion_length"):
         tiny_recipe(["vllm.max_model_len=24"])
 

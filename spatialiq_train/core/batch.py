@@ -180,3 +180,18 @@ def retired_keys_message(phase: str, section: dict[str, Any]) -> str | None:
                             whole(opt.get("gradient_accumulation_steps", 1)),
                             whole(section.get("num_generations", 16)) if phase == "rl" else None,
                             whole(spg) if spg is not None else None)
+
+
+def check_batch_fits(plan: BatchPlan, rows: int, where: str, batch_multiplier: int = 1) -> None:
+    """Refuse a global batch the training rows cannot fill once: SFT needs ``global_batch`` rows, RL
+    ``prompts_per_step`` x ``batch_multiplier`` (dynamic sampling's draw) prompts, after ``data.max_examples`` and
+    any filtering; otherwise the loaders of both engines, which keep whole batches only, would train no step."""
+    if plan.phase == "sft":
+        need, key, unit = plan.global_batch, "sft.optimizer.global_batch_size", "sequences"
+    else:
+        need, key, unit = (plan.prompts_per_step or 0) * batch_multiplier, "rl.prompts_per_step", "prompts"
+    if rows < need:
+        draw = f" x rl.dynamic_sampling.batch_multiplier {batch_multiplier}" if batch_multiplier > 1 else ""
+        raise BatchError(f"{key} = {need // batch_multiplier}{draw} {unit} per step is larger than {where}, which "
+                         f"has {rows} rows (after data.max_examples and filtering): no whole batch, no step; set "
+                         f"{key} to at most {rows // batch_multiplier} or train on more rows")

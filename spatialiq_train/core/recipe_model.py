@@ -178,6 +178,9 @@ class DynamicSamplingSection(Section):
     max_refill_rounds: Count = Field(10, ge=0)
     """Extra generation rounds per batch before the remaining slots are filled with masked groups (the number of
     generation batches is at most max_refill_rounds + 1)."""
+    batch_multiplier: Count = Field(1, ge=1, le=64)
+    """The draw size: each generation batch draws rl.prompts_per_step x this many prompts (NeMo-RL's
+    grpo.batch_multiplier; the paper's released config: 2). TRL draws one ordinary batch per round (1 only)."""
 
 
 class OverlongSection(Section):
