@@ -114,10 +114,22 @@ class PlanValidation:
 
 @dataclass(frozen=True)
 class PlanGeneration:
+    """RL rollouts: sampling, and the vLLM engine that generates them (the recipe's ``generation`` and ``vllm``)."""
+
     max_completion_length: int
     temperature: float
     top_p: float
     top_k: int
+    vllm: bool
+    """Rollouts through vLLM: the recipe asks (``vllm.enabled``), and the engine can (TRL: a GPU run with vLLM
+    importable; NeMo-RL: always)."""
+    mode: str
+    gpu_memory_utilization: float
+    tensor_parallel_size: int
+    max_model_len: int | None
+    enable_sleep_mode: bool
+    server_host: str
+    server_port: int
 
 
 @dataclass(frozen=True)
@@ -127,15 +139,6 @@ class PlanExecution:
     gradient_checkpointing: bool
     liger_kernel: bool
     padding_free: bool
-    vllm: bool
-    """RL rollouts through vLLM (the recipe asks, a GPU run and vLLM importable)."""
-    mode: str
-    gpu_memory_utilization: float
-    tensor_parallel_size: int
-    max_model_len: int | None
-    enable_sleep_mode: bool
-    server_host: str
-    server_port: int
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ class Hardware:
 
 
 
-_GROUP_SECTIONS: dict[str, str] = {"model": "model", "generation": "generation", "logging": "logging"}
+_GROUP_SECTIONS: dict[str, str] = {"model": "model", "logging": "logging"}
 _RENAMED: dict[str, str] = {
     "model.lora": "model.lora.enabled", "model.r": "model.lora.r", "model.alpha": "model.lora.alpha",
     "model.dropout": "model.lora.dropout", "model.target_modules": "model.lora.target_modules",
@@ -72,7 +72,7 @@ _RENAMED: dict[str, str] = {
     "execution.device": "run.device", "execution.dtype": "model.dtype",
     "execution.gradient_checkpointing": "{phase}.optimizer.gradient_checkpointing",
     "execution.liger_kernel": "model.liger_kernel", "execution.padding_free": "(not a recipe key)",
-    "execution.vllm": "vllm.enabled", "logging.output_dir": "run.output_dir", "logging.seed": "run.seed",
+    "generation.vllm": "vllm.enabled", "logging.output_dir": "run.output_dir", "logging.seed": "run.seed",
     "phase": "(the command)", "name": "name",
 }
 
@@ -84,12 +84,13 @@ def recipe_key(phase: Phase, dotted: str) -> str:
     group, _, name = dotted.partition(".")
     if group in _GROUP_SECTIONS:
         return f"{_GROUP_SECTIONS[group]}.{name}"
+    if group == "generation":
+        sampling = name in ("max_completion_length", "temperature", "top_p", "top_k")
+        return f"generation.{name}" if sampling else f"vllm.{name}"
     if group in ("optimizer", "validation"):
         return f"{phase}.{group}.{name}"
     if group == "algorithm":
         return f"rl.{name}" if not name.startswith("importance") else f"vllm.{name}"
-    if group == "execution":
-        return f"vllm.{name}"
     return f"data.{name}" if group == "data" else dotted
 
 
@@ -215,16 +216,18 @@ def resolve(recipe: Recipe, phase: Phase, hardware: Hardware) -> PhasePlan:
                                 opt.num_train_epochs),
         validation=PlanValidation(val.every_steps, val.max_samples, val.early_stopping_patience,
                                   val.early_stopping_min_delta),
-        generation=PlanGeneration(**recipe.generation.model_dump()) if phase == "rl" else None,
-        execution=PlanExecution("cuda" if hardware.gpu else "cpu", dtype, ckpt, liger, False, vllm, v.mode,
-                                v.gpu_memory_utilization, v.tensor_parallel_size, v.max_model_len,
-                                v.enable_sleep_mode, v.server_host, v.server_port),
+        generation=PlanGeneration(**recipe.generation.model_dump(), vllm=vllm, mode=v.mode,
+                                  gpu_memory_utilization=v.gpu_memory_utilization,
+                                  tensor_parallel_size=v.tensor_parallel_size, max_model_len=v.max_model_len,
+                                  enable_sleep_mode=v.enable_sleep_mode, server_host=v.server_host,
+                                  server_port=v.server_port) if phase == "rl" else None,
+        execution=PlanExecution("cuda" if hardware.gpu else "cpu", dtype, ckpt, liger, False),
         logging=PlanLogging(tuple(lg.report_to), lg.wandb_project, lg.wandb_mode, lg.logging_steps, lg.save_steps,
                             lg.save_total_limit, recipe.run.output_dir, recipe.run.seed),
         memory=memory)
     decided = {"execution.device": "hardware", "batch.world_size": "hardware", "batch.accumulation": "hardware",
                "execution.gradient_checkpointing": ckpt_source, "execution.liger_kernel": liger_source,
-               "execution.padding_free": "hardware", "execution.vllm": "hardware", "phase": "recipe",
+               "execution.padding_free": "hardware", "generation.vllm": "hardware", "phase": "recipe",
                "name": "recipe", "batch.micro_source": "hardware"}
     if m.dtype == "auto":
         decided["execution.dtype"] = "hardware"

@@ -24,7 +24,7 @@ VLLM_ARGS = {"mode": "vllm_mode", "gpu_memory_utilization": "vllm_gpu_memory_uti
              "tensor_parallel_size": "vllm_tensor_parallel_size", "max_model_len": "vllm_max_model_length",
              "enable_sleep_mode": "vllm_enable_sleep_mode", "server_host": "vllm_server_host",
              "server_port": "vllm_server_port"}
-"""Plan execution field -> trl.GRPOConfig field (recorded in the config on every run; read by TRL with vLLM)."""
+"""Plan generation field -> trl.GRPOConfig field (recorded in the config on every run; read by TRL with vLLM)."""
 IMPORTANCE_ARGS = ("importance_sampling_correction", "importance_sampling_mode", "importance_sampling_clip_max",
                    "importance_sampling_clip_min")
 TRL_REFUSED: dict[str, tuple[Any, str]] = {
@@ -88,7 +88,7 @@ def _validation(plan: PhasePlan) -> dict[str, Any]:
 
 
 def _rl(plan: PhasePlan, a: RlAlgorithm, reward_weights: list[float] | None) -> dict[str, Any]:
-    g, x = plan.generation, plan.execution
+    g = plan.generation
     assert g is not None
     keys = ("num_generations", "num_iterations", "loss_type", "epsilon", "epsilon_high", "beta",
             "mask_truncated_completions")
@@ -97,7 +97,7 @@ def _rl(plan: PhasePlan, a: RlAlgorithm, reward_weights: list[float] | None) -> 
         **{k: getattr(a, k) for k in keys},
         "scale_rewards": "none",  # TRL's own advantages are replaced by the plan's (train.advantages)
         "max_completion_length": g.max_completion_length, "temperature": g.temperature, "top_p": g.top_p,
-        "top_k": g.top_k, "use_vllm": x.vllm, **{trl: getattr(x, key) for key, trl in VLLM_ARGS.items()},
+        "top_k": g.top_k, "use_vllm": g.vllm, **{trl: getattr(g, key) for key, trl in VLLM_ARGS.items()},
         **{f"vllm_{key}": getattr(a, key) for key in IMPORTANCE_ARGS},
         "reward_weights": list(weights), "log_completions": False,
     }
