@@ -253,8 +253,9 @@ class VllmSection(Section):
     tensor_parallel_size: Count = Field(1, gt=0)
     max_model_len: Count | None = Field(None, gt=0)
     """Prompt + completion token budget of the engine (None: the model's own maximum)."""
-    enable_sleep_mode: Flag = False
-    """Colocate mode: offload vLLM's weights and cache during the optimizer step."""
+    enable_sleep_mode: Flag | None = None
+    """Colocate mode: offload vLLM's weights and cache during the optimizer step. None: the engine's way (TRL: off;
+    NeMo-RL v0.7.0: on, the only way its colocated vLLM runs)."""
     server_host: str = "0.0.0.0"
     """Server mode: where `trl vllm-serve` listens."""
     server_port: Count = Field(8000, gt=0, le=65535)

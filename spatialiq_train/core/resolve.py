@@ -49,6 +49,11 @@ class Hardware:
     checkpointing_default: bool | None = None
     """A GPU run without a memory plan: gradient checkpointing when the recipe leaves it open (None: on)."""
     tokens_per_sequence: int | None = None
+    whole_groups: bool = True
+    sleep_mode: bool = False
+    """Colocated vLLM sleeps while the policy trains when the recipe leaves ``vllm.enable_sleep_mode`` open."""
+    """RL: each process generates whole groups of completions (TRL, whose dynamic sampling filters per process);
+    False: the engine gathers every rollout and shares the batch as completions (NeMo-RL)."""
     """Tokens per training sequence measured on the data (None: `sequence_tokens_estimate`)."""
 
 
@@ -132,7 +137,8 @@ def _batch(recipe: Recipe, phase: Phase, hw: Hardware, liger: bool) -> tuple[Bat
     def split(micro: int | None, source: Any = None) -> BatchPlan:
         if phase == "sft":
             return sft_batch(opt.global_batch_size or 0, hw.world_size, micro, source)
-        return rl_batch(recipe.rl.prompts_per_step or 0, recipe.rl.num_generations, hw.world_size, micro, source)
+        return rl_batch(recipe.rl.prompts_per_step or 0, recipe.rl.num_generations, hw.world_size, micro, source,
+                        hw.whole_groups)
 
     whole = split(None)
     memory, micro, micro_source = None, opt.micro_batch_size, None
@@ -219,7 +225,8 @@ def resolve(recipe: Recipe, phase: Phase, hardware: Hardware) -> PhasePlan:
         generation=PlanGeneration(**recipe.generation.model_dump(), vllm=vllm, mode=v.mode,
                                   gpu_memory_utilization=v.gpu_memory_utilization,
                                   tensor_parallel_size=v.tensor_parallel_size, max_model_len=v.max_model_len,
-                                  enable_sleep_mode=v.enable_sleep_mode, server_host=v.server_host,
+                                  enable_sleep_mode=hardware.sleep_mode if v.enable_sleep_mode is None
+                                  else v.enable_sleep_mode, server_host=v.server_host,
                                   server_port=v.server_port) if phase == "rl" else None,
         execution=PlanExecution("cuda" if hardware.gpu else "cpu", dtype, ckpt, liger, False),
         logging=PlanLogging(tuple(lg.report_to), lg.wandb_project, lg.wandb_mode, lg.logging_steps, lg.save_steps,
@@ -229,6 +236,8 @@ def resolve(recipe: Recipe, phase: Phase, hardware: Hardware) -> PhasePlan:
                "execution.gradient_checkpointing": ckpt_source, "execution.liger_kernel": liger_source,
                "execution.padding_free": "hardware", "generation.vllm": "hardware", "phase": "recipe",
                "name": "recipe", "batch.micro_source": "hardware"}
+    if v.enable_sleep_mode is None and phase == "rl":
+        decided["generation.enable_sleep_mode"] = "hardware"
     if m.dtype == "auto":
         decided["execution.dtype"] = "hardware"
     if batch.micro_source in ("memory plan", "GPU default", "whole share"):
