@@ -251,3 +251,16 @@ def from_record(record: dict[str, Any]) -> PhasePlan:
 
 
 _MEMORY_FIELDS = tuple(f.name for f in dataclasses.fields(MemoryPlan))
+
+
+def refuse_inert(plan: PhasePlan) -> None:
+    """Raise ValueError for plan values no engine can act on: early stopping in RL (no validation loss to stop on)
+    and an early-stopping min_delta without a patience. Both mappers call it."""
+    val = plan.validation
+    if plan.phase == "rl" and val.early_stopping_patience is not None:
+        raise ValueError("rl.validation.early_stopping_patience: the RL phase has no validation loss to stop on; "
+                         "leave it null")
+    if val.early_stopping_patience is None and val.early_stopping_min_delta:
+        raise ValueError(f"{plan.phase}.validation.early_stopping_min_delta = {val.early_stopping_min_delta} "
+                         f"without {plan.phase}.validation.early_stopping_patience has no effect; set the patience "
+                         "or leave min_delta 0")

@@ -84,6 +84,8 @@ def lr_schedule(kind: str, warmup: float, total: int | None, start: float) -> tu
     TRL's to 1e-9. A schedule that needs the step count (a fractional warm-up, cosine, linear) without a step
     budget is refused: NeMo-RL would otherwise run another schedule than the recipe's.
     """
+    if kind == "constant":  # transformers' constant schedule has no warm-up, whatever warmup_steps says
+        warmup = 0
     if warmup < 1 and warmup > 0 and total is None:
         raise NemoRefusal(f"{kind} schedule with fractional warm-up {warmup} needs a step budget on NeMo-RL: set "
                           "the phase's optimizer.max_steps, or warmup_steps as a number of steps")
@@ -310,6 +312,11 @@ def _common(plan: PhasePlan, settings: DriverSettings, nodes: int, gpus_per_node
             run_dir: str | None) -> tuple[dict[str, Any], DataPlan]:
     refuse(plan)
     par = parallelism(plan.model.name_or_path, gpus_per_node)
+    dp = data_parallel(nodes, gpus_per_node, par.policy_tp)
+    if dp != plan.batch.world_size:
+        raise NemoRefusal(f"the plan shares its batch over {plan.batch.world_size} processes, but --nodes {nodes} x "
+                          f"--gpus-per-node {gpus_per_node} gives {dp} data-parallel policy ranks (tensor parallel "
+                          f"{par.policy_tp}): resolve the plan for this cluster (`spatialiq recipes nemo-rl`)")
     data = plan_data(plan, settings.recipe)
     run_dir = run_dir or f"{plan.logging.output_dir}/nemo_rl/{plan.phase}"
     return {SECTION: {**settings.model_dump(), "plan": plan.record()}, "policy": _policy(plan, par),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spatialiq_train.core.plan import PhasePlan
+from spatialiq_train.core.plan import PhasePlan, refuse_inert
 from spatialiq_train.core.recipe_model import Recipe
 from spatialiq_train.core.resolve import Hardware, recipe_key, resolve
 
@@ -68,6 +68,10 @@ class NemoRefusal(ValueError):
 def refuse(plan: PhasePlan) -> None:
     """Raise `NemoRefusal` for a plan value NeMo-RL v0.7.0 cannot honour (`NEMO_REFUSED`, the loss type, a
     fractional epoch budget, a schedule without its step budget, an importance-sampling mode it lacks)."""
+    try:
+        refuse_inert(plan)
+    except ValueError as exc:
+        raise NemoRefusal(str(exc)) from None
     values = plan.fields()
     for dotted, (allowed, advice) in NEMO_REFUSED.items():
         if dotted in values and values[dotted] != allowed:
@@ -132,11 +136,15 @@ def importance_sampling(plan: PhasePlan) -> float | None:
     if not a.importance_sampling_correction:
         return None
     mode, low, high = a.importance_sampling_mode, a.importance_sampling_clip_min, a.importance_sampling_clip_max
-    if mode != "token_truncate" or low is not None or high is None:
-        raise NemoRefusal(f"vllm.importance_sampling_mode {mode!r} (clip_min {low}, clip_max {high}) has no NeMo-RL "
-                          "v0.7.0 equivalent: it truncates token-level ratios at one cap (token_truncate with "
-                          "importance_sampling_clip_max, no clip_min), or set vllm.importance_sampling_correction "
+    wrong = ("importance_sampling_mode", mode) if mode != "token_truncate" else (
+        ("importance_sampling_clip_min", low) if low is not None else
+        ("importance_sampling_clip_max", high) if high is None else None)
+    if wrong is not None:
+        raise NemoRefusal(f"vllm.{wrong[0]} = {wrong[1]!r} (mode {mode!r}, clip_min {low}, clip_max {high}) has no "
+                          "NeMo-RL v0.7.0 equivalent: it truncates token-level ratios at one cap (token_truncate "
+                          "with importance_sampling_clip_max, no clip_min), or set vllm.importance_sampling_correction "
                           "false (as released)")
+    assert high is not None
     return float(high)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spatialiq_train.core.plan import PhasePlan, RlAlgorithm
+from spatialiq_train.core.plan import PhasePlan, RlAlgorithm, refuse_inert
 from spatialiq_train.core.resolve import recipe_key
 
 LIGER_CONFIG = {"rope": True, "rms_norm": True, "swiglu": True, "cross_entropy": False,
@@ -40,7 +40,13 @@ class EngineRefusal(ValueError):
 
 
 def refuse(plan: PhasePlan, refused: dict[str, tuple[Any, str]], engine: str) -> None:
-    """Raise `EngineRefusal` for the first field of ``refused`` whose plan value is not the one the engine runs."""
+    """Raise `EngineRefusal` for the first field of ``refused`` whose plan value is not the one the engine runs, and
+    for early-stopping values that would have no effect (RL: no validation loss to stop on; a min_delta without a
+    patience)."""
+    try:
+        refuse_inert(plan)
+    except ValueError as exc:
+        raise EngineRefusal(str(exc)) from None
     values = plan.fields()
     for dotted, (allowed, advice) in refused.items():
         if dotted in values and values[dotted] != allowed:
@@ -63,7 +69,8 @@ def reward_terms(plan: PhasePlan) -> list[tuple[str, float, bool]]:
 def _common(plan: PhasePlan, output_dir: str) -> dict[str, Any]:
     x, lg = plan.execution, plan.logging
     return {
-        "output_dir": output_dir, "bf16": x.device == "cuda" and x.dtype == "bfloat16", "use_cpu": x.device == "cpu",
+        "output_dir": output_dir, "run_name": f"{plan.name}-{plan.phase}",
+        "bf16": x.device == "cuda" and x.dtype == "bfloat16", "use_cpu": x.device == "cpu",
         "gradient_checkpointing": x.gradient_checkpointing, "logging_steps": lg.logging_steps,
         "logging_nan_inf_filter": False,  # a NaN loss is logged as NaN, and train.divergence stops the run
         "save_strategy": "steps", "save_steps": lg.save_steps, "save_total_limit": lg.save_total_limit,
@@ -138,6 +145,8 @@ def trainer_settings(plan: PhasePlan) -> dict[str, Any]:
         "early_stopping": (val.early_stopping_patience, val.early_stopping_min_delta)
         if val.early_stopping_patience is not None else None,
         "report_to": list(lg.report_to), "wandb": {"project": lg.wandb_project, "mode": lg.wandb_mode},
+        "processes": plan.batch.world_size,  # the perf callback's device count
+        "output_dir": lg.output_dir,  # the commands' default --out
     }
     if plan.phase == "rl":
         a = plan.rl

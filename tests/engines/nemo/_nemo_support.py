@@ -111,7 +111,7 @@ def write_all_traces(root: Path, rows: int = ROWS) -> Path:
 
 def recipe_sets(data_root: Path, out: Path, *extra: str) -> list[str]:
     return [f"data.traces_dir={data_root / 'traces'}", f"data.data_root={data_root}",
-            f"model.name_or_path={tiny_model()}", f"run.output_dir={out}", *extra]
+            f"model.name_or_path={tiny_model()}", "model.tiny=false", f"run.output_dir={out}", *extra]
 
 
 def write_config(name: str, phase: str, data_root: Path, out: Path, nodes: int = 1, gpus: int = 4,

@@ -29,7 +29,7 @@ def _config(tmp_path: Path, phase: str = "rl", overrides: Sequence[str] = (),
         write_traces(tmp_path, split, 3, rng, answer=lambda i: i % 5)
     sets = [f"data.traces_dir={tmp_path / 'traces'}", f"data.data_root={tmp_path}", "data.eval_split=val",
             "rl.validation.every_steps=5", "sft.validation.every_steps=2", f"model.name_or_path={tiny_model()}",
-            "model.tiny=false", f"run.output_dir={tmp_path}", *overrides]
+            "model.tiny=false", "logging.save_steps=10", f"run.output_dir={tmp_path}", *overrides]
     path = tmp_path / f"nemo_{phase}.yaml"
     write_nemo_config("tiny_cpu", path, phase=phase, nodes=1, gpus_per_node=1, overrides=sets)  # type: ignore[arg-type]
     if edit is not None:
