@@ -316,7 +316,7 @@ def test_a_recipe_file_is_recorded_by_absolute_path(tmp_path, monkeypatch):
 
 def test_without_validation_nothing_validates():
     off = ["data.eval_split=null", "rl.validation.every_steps=null", "sft.validation.every_steps=null",
-           "sft.validation.early_stopping_patience=null"]
+           "sft.validation.early_stopping_patience=null", "sft.validation.early_stopping_min_delta=0"]
     rl = build("dapo_tight_7b", "rl", 1, 4, overrides=off).config
     assert rl["data"]["validation"] is None and list(rl["env"]) == [TRAIN_ENV]
     assert rl["grpo"]["val_period"] == 0 and rl["checkpointing"]["metric_name"] is None
