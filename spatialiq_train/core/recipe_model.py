@@ -22,6 +22,10 @@ from pydantic import (
 
 from spatialiq_train.core.advantages import Baseline, Std, refuse_scale_rewards
 from spatialiq_train.core.recipe_types import (
+    MAX_BATCH,
+    MAX_COUNT,
+    MAX_EPOCHS,
+    MAX_GENERATIONS,
     Count,
     Flag,
     MaxSteps,
@@ -71,7 +75,7 @@ class DataSection(Section):
     rl_split: Split = "rl"
     eval_split: Split | None = "val"
     """Held-out split: validation during training (`*.validation`) and the eval area sample it."""
-    max_examples: Count | None = Field(None, gt=0)
+    max_examples: Count | None = Field(None, gt=0, le=MAX_COUNT)
     """Cap on rows read per split (None = all)."""
 
 
@@ -86,11 +90,11 @@ class OptimizerSection(Section):
     warmup_start_factor: Num = Field(0.0, ge=0, lt=1)
     """Linear warm-up starts at this fraction of the learning rate (needs lr_scheduler_type constant_with_warmup
     when above 0; TRL cannot express it, the phase runner installs the schedule)."""
-    num_train_epochs: Num = Field(1.0, gt=0)
+    num_train_epochs: Num = Field(1.0, gt=0, le=MAX_EPOCHS)
     max_steps: MaxSteps = -1
-    global_batch_size: Count | None = Field(None, gt=0)
+    global_batch_size: Count | None = Field(None, gt=0, le=MAX_BATCH)
     """SFT: sequences per optimizer step over all processes. Unset under ``rl.optimizer`` (see prompts_per_step)."""
-    micro_batch_size: Count | None = Field(None, gt=0)
+    micro_batch_size: Count | None = Field(None, gt=0, le=MAX_BATCH)
     """Sequences per forward/backward on one device (None: GPU memory plan; CPU: each process's whole share);
     TRL's per-device batch and accumulation are derived from it, the global batch and the process count."""
     weight_decay: Num = Field(0.0, ge=0, le=1)
@@ -207,10 +211,10 @@ class RLSection(PhaseSection):
         "learning_rate": 5e-7, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 10}
     init_from: str | None = None
     """SFT-CoT checkpoint the policy starts from and the KL reference anchors to (None = model.name_or_path)."""
-    prompts_per_step: Count | None = Field(8, gt=0)
+    prompts_per_step: Count | None = Field(8, gt=0, le=MAX_BATCH)
     """Prompts per optimizer step over all processes; x num_generations completions, generated once a step."""
-    num_generations: Count = Field(16, ge=2)
-    num_iterations: Count = Field(1, gt=0)
+    num_generations: Count = Field(16, ge=2, le=MAX_GENERATIONS)
+    num_iterations: Count = Field(1, gt=0, le=MAX_GENERATIONS)
     loss_type: Literal["dapo", "grpo", "bnpo", "dr_grpo"] = "dapo"
     epsilon: Num = Field(0.2, gt=0, lt=1)
     epsilon_high: Num = Field(0.28, gt=0)

@@ -216,14 +216,9 @@ def _logger(plan: PhasePlan, run_dir: str) -> dict[str, Any]:
 
 
 def save_period(plan: PhasePlan) -> int:
-    """The recipe's `logging.save_steps`. When the phase validates, keep_top_k ranks checkpoints by the validation
-    metric, so a checkpoint must fall on a validation step: save_steps must be a multiple of every_steps."""
-    every, steps = plan.validation.every_steps, plan.logging.save_steps
-    if plan.data.eval_split is not None and every and steps % every:
-        raise NemoRefusal(f"logging.save_steps = {steps}: NeMo-RL ranks the checkpoints it keeps by the validation "
-                          f"metric, so save on validation steps: set it to a multiple of {plan.phase}.validation."
-                          f"every_steps ({every})")
-    return steps
+    """The recipe's `logging.save_steps` (v0.7.0 keeps a checkpoint saved off a validation step out of the metric's
+    top-k ranking, with a warning: the shipped recipes save on validation steps)."""
+    return plan.logging.save_steps
 
 
 def _checkpointing(plan: PhasePlan, run_dir: str, data: DataPlan) -> dict[str, Any]:

@@ -304,7 +304,6 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) ->
     phase_plan, plan = plan_for(read_settings(config, source), phase, source)
     check_contract(config, plan, phase, str(source))
     check_held_out_plan(plan)
-    check_rows(phase_plan, plan)
     check_resume(config)
     master = _master(api, phase, config, source)
     if phase == "rl":
@@ -313,6 +312,7 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) ->
                                                                                      "val_at_end")):
         raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but the recipe gives no "
                         "validation split (data.eval_split or rl.validation.every_steps is null)")
+    check_rows(phase_plan, plan)  # a split smaller than one batch would train no step: refused before any work
     master.logger["log_dir"] = api.get_next_experiment_dir(master.logger["log_dir"])
     write_plan_record(Path(master.logger["log_dir"]), phase_plan)
     os.environ.setdefault("WANDB_MODE", plan.wandb_mode)

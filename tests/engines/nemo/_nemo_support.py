@@ -97,7 +97,7 @@ def tiny_model() -> Path:
 RECIPES = sorted(p.stem for p in SHIPPED_RECIPES.glob("*.yaml") if p.stem.startswith(("dapo_", "sft_")))
 CASES = [(name, "rl") for name in RECIPES if name.startswith("dapo_")] + [(name, "sft") for name in RECIPES]
 """Every shipped recipe phase: DAPO-tight RL and its SFT warm-up, and every SFT recipe."""
-ROWS = 8
+ROWS = 16
 ANSWERS = [11, 3, 7, 0, 5, 12, 2, 9]
 
 

@@ -22,11 +22,11 @@ from spatialiq_train.nemo.export import write_nemo_config
 
 def _config(tmp_path: Path, phase: str = "rl", overrides: Sequence[str] = (),
             edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
-    """A config written by the generator (`spatialiq recipes nemo-rl tiny_cpu`) over three-row traces, optionally
+    """A config written by the generator (`spatialiq recipes nemo-rl tiny_cpu`) over four-row traces, optionally
     edited by hand afterwards (what the driver must refuse)."""
     rng = np.random.default_rng(0)
     for split in ("rl", "val", "warmup"):
-        write_traces(tmp_path, split, 3, rng, answer=lambda i: i % 5)
+        write_traces(tmp_path, split, 4, rng, answer=lambda i: i % 5)  # one batch: tiny_cpu's 4 prompts, 4 rows
     sets = [f"data.traces_dir={tmp_path / 'traces'}", f"data.data_root={tmp_path}", "data.eval_split=val",
             "rl.validation.every_steps=5", "sft.validation.every_steps=2", f"model.name_or_path={tiny_model()}",
             "model.tiny=false", "logging.save_steps=10", f"run.output_dir={tmp_path}", *overrides]
@@ -193,3 +193,17 @@ def test_project_pieces_differing_from_the_recipe_are_refused_not_rewritten(
 def test_no_spatialiq_section_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no 'spatialiq' section"):
         driver.run("rl", _config(tmp_path, edit=lambda c: c.pop("spatialiq")))
+
+
+@pytest.mark.parametrize(("phase", "message"), [
+    ("rl", r"rl.prompts_per_step = 4 prompts per step is larger than spatialiq:.*rl.jsonl, which has 3 rows"),
+    ("sft", r"sft.optimizer.global_batch_size = 4 sequences per step is larger than .*warmup.jsonl, which has 3"),
+])
+def test_a_batch_larger_than_the_split_is_refused_before_any_work(tmp_path: Path, placement: Placement,
+                                                                  phase: str, message: str) -> None:
+    """Issue 44, item 3: v0.7.0's loaders keep whole batches only, so this run would train no step and end as if
+    finished; the driver refuses it before Ray, logs or checkpoints (data.max_examples counted)."""
+    config = _config(tmp_path, phase, ["data.max_examples=3"])
+    with pytest.raises(UserError, match=message):
+        driver.run(phase, config)  # type: ignore[arg-type]
+    assert placement.calls == 0 and not (tmp_path / "nemo_rl").exists()

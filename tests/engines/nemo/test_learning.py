@@ -21,7 +21,7 @@ import torch
 from spatialiq_train.core.learning import learning_summary
 
 SEED = 0
-SETTING = _learning.Setting(steps=16, sft_steps=100)
+SETTING = _learning.Setting(steps=16, sft_steps=100, extra=("rl.dynamic_sampling.batch_multiplier=2",))
 """16 RL steps of ``spatialiq recipes nemo-rl tiny_cpu`` as generated (its learning rate 5e-4, its batch of 4 prompts
 x 8 completions, its advantage; no learning-rate or batch override), after 100 SFT steps at 2e-3: the main suite
 test's setting (tests/test_learning.py), so the two engines' CI tests run one recipe the same way."""

@@ -66,10 +66,11 @@ def rl_state(tmp_path_factory: pytest.TempPathFactory, ray_head: str) -> Any:
     import nemo_rl.algorithms.grpo as grpo
 
     root = tmp_path_factory.mktemp("rollout")
-    # 16 rows: with dynamic sampling the loader draws num_prompts_per_step x batch_multiplier (8 x 2) prompts per
-    # batch and drops the last partial batch, so a split of 8 rows would give no batch at all
+    # 16 rows: with dynamic sampling the loader draws num_prompts_per_step x batch_multiplier (8 x 2, the released
+    # draw, set here as the recipe's rl.dynamic_sampling.batch_multiplier) prompts per batch and drops the last
+    # partial batch, so a split of 8 rows would give no batch at all
     data_root = write_all_traces(root / "data", rows=16)
-    cfg, _ = write_config("dapo_tight_7b", "rl", data_root, root)
+    cfg, _ = write_config("dapo_tight_7b", "rl", data_root, root, extra=("rl.dynamic_sampling.batch_multiplier=2",))
     stop, real = Placement(), grpo.RayVirtualCluster
     grpo.RayVirtualCluster = stop
     try:  # the driver function itself, not through CliRunner: its captured streams close when it returns, and
