@@ -28,6 +28,7 @@ from data_gen.generation_run import GenerationRun
 from data_gen.pipeline import StructureOutput
 from data_gen.plan import PlannedStructure
 from data_gen.verify import Damage
+from spatialiq_train.core.interrupts import raise_on_sigint
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ def _serve(cfg_json: str, render: bool, tasks: Any, results: Any) -> None:
 
     Every answer is pickled here, so one that cannot be pickled is reported as an error rather than lost.
     """
+    raise_on_sigint()  # a SIGINT to the process group stops the worker too, even when its parent ignored it
     with ExitStack() as opened:
         try:
             run = opened.enter_context(GenerationRun.worker(GenConfig.model_validate_json(cfg_json), render))
@@ -61,6 +63,9 @@ def _serve(cfg_json: str, render: bool, tasks: Any, results: Any) -> None:
         for seq, task, item in iter(tasks.get, None):
             try:
                 answer = _answer(seq, True, task(run, item))
+            except KeyboardInterrupt as exc:  # interrupted (a render cut short included): nothing of it is kept
+                results.put(_answer(seq, False, KeyboardInterrupt(str(exc))))
+                return
             except Exception as exc:  # noqa: BLE001 - the parent raises it, naming the view
                 answer = _answer(seq, False, exc)
             results.put(answer)

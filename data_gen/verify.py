@@ -4,7 +4,8 @@ Every shard's completion record holds the sha256 of its parquet and, under ``fil
 structures wrote (``scene.json``, ``gt.json``, ``view.png``), computed from the bytes as they were written;
 ``manifest.json`` repeats each parquet's sha256. ``spatialiq gen --verify --out D`` reports every file whose
 bytes differ (or that is gone), and a ``gen`` rerun with the same arguments regenerates the structures that own
-them, byte for byte (a shard whose parquet fails is regenerated whole).
+them, byte for byte (a shard whose parquet fails is regenerated whole). A recorded sha256 cannot tell a finished
+render from one cut short; ``data_gen.rerender`` renders a sample of structures again for that.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.mismatches and not self.incomplete
 
-    def summary(self) -> str:
+    def summary(self, also: str = "") -> str:
+        """One line: what was checked (``also`` names a further check, e.g. the re-render's) and the verdict."""
         state = "all match" if self.ok else (f"{len(self.mismatches)} mismatch(es), "
                                              f"{len(self.incomplete)} incomplete shard(s)")
-        return f"verified {self.checked} file(s) in {self.out} against their recorded sha256: {state}"
+        return f"verified {self.checked} file(s) in {self.out} against their recorded sha256{also}: {state}"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ Record: ``{"view": str, "task": str, "sample": int, "text": str}`` (plus optiona
 requests: 256 by default with vLLM, 4 with transformers) and fsyncs them, so an interrupted run loses
 at most the batch in flight, up to ``batch_size`` requests of k completions each (a smaller
 ``--batch-size`` loses less and batches less); :func:`load_completions` drops a half-written last line (and
-:func:`repair_tail` cuts it off before appending) so a resumed run never repeats a finished completion.
+:func:`repair_tail` cuts it off before appending) so a resumed run never repeats a finished completion. A last line
+that lacks only its newline but parses as a JSON object is whole and is read like any other.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def load_completions(path: str | Path) -> dict[Key, Completion]:
     # multi-byte character, which is no reason to refuse the complete lines before it
     cut = raw.rfind(b"\n") + 1
     body, tail = raw[:cut], raw[cut:]
+    if complete_tail(tail):  # a whole last line that only lacks its newline (written by hand or another tool)
+        body, tail = raw + b"\n", b""
     if tail.strip():
         log.warning("%s: ignoring a half-written last line (interrupted run)", path)
     try:
@@ -117,15 +120,32 @@ def load_for_scoring(path: str | Path, option: str = "--completions") -> dict[Ke
     return records
 
 
+def complete_tail(tail: bytes) -> bool:
+    """Whether a last line without its newline is nevertheless whole: it parses as a JSON object. A line cut by an
+    interrupted append never does (an object's text is valid only up to its closing brace)."""
+    if not tail.strip():
+        return False
+    try:
+        return isinstance(json.loads(tail.decode("utf-8")), dict)
+    except (UnicodeDecodeError, ValueError):
+        return False
+
+
 def repair_tail(path: str | Path) -> None:
-    """Cut a half-written last line off ``path`` so appends start on a fresh line."""
+    """Make ``path`` end on a fresh line before an append: a half-written last line is cut off, a whole one that
+    lacks only its newline gets it (:func:`load_completions` counts it as done)."""
     path = Path(path)
     if not path.exists():
         return
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
         with path.open("r+b") as fh:
-            fh.truncate(data.rfind(b"\n") + 1)
+            if complete_tail(data[cut:]):
+                fh.seek(0, os.SEEK_END)
+                fh.write(b"\n")
+            else:
+                fh.truncate(cut)
 
 
 def append_completions(path: str | Path, records: Iterable[Completion]) -> int:

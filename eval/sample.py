@@ -191,10 +191,23 @@ def run_sampling(
     progress: Callable[[int, int], None] | None = None,
 ) -> SamplingReport:
     """Draw the missing completions batch by batch, appending each batch to ``out_path`` as soon as it returns."""
+    return run_requests(lambda done: plan_requests(scenes, config, done), engine, config, out_path, progress)
+
+
+def run_requests(
+    plan: Callable[[dict[Key, Completion]], list[Request]],
+    engine: Engine,
+    config: SamplingConfig,
+    out_path: str | Path,
+    progress: Callable[[int, int], None] | None = None,
+) -> SamplingReport:
+    """The resumable drawing loop: ``plan`` turns the completions already on file into the requests still to ask
+    (:func:`plan_requests` for the benchmark's views, an external benchmark's adapter for its items); each engine
+    batch is appended to ``out_path`` as soon as it returns."""
     out_path = Path(out_path)
     repair_tail(out_path)
     done = load_completions(out_path)
-    requests = plan_requests(scenes, config, done)
+    requests = plan(done)
     total = sum(len(r.samples) for r in requests)
     log.info("%d completions on file, %d to draw in %d requests", len(done), total, len(requests))
     if config.temperature == 0 and config.k > 1:

@@ -103,10 +103,16 @@ def resolve_k(completions: Mapping[Key, Completion], k: int | None, source: obje
             raise UserError(f"{source}: {where}: sample index {c.sample} is far beyond the {inferred} completion(s) "
                             f"per view and task the file holds (most common count); the line is corrupt or from "
                             f"another run: remove it, or pass --k to score the first k samples and ignore it")
-    beyond = sum(c.sample >= inferred for c in completions.values())
+    beyond = [c for c in completions.values() if c.sample >= inferred]
     if beyond:
+        largest = max(per_key.values())
+        first = min(beyond, key=lambda c: (c.line, c.key))
+        advice = (f"pass --k {largest} to score up to {largest} samples per view" if largest > inferred else
+                  f"no view holds more than {inferred} completion(s), so their numbering has gaps (first: "
+                  f"{f'line {first.line}' if first.line else repr(first.view)}, sample {first.sample}); renumber "
+                  f"them 0..{inferred - 1} to score them")
         log.warning("%s: %d completion(s) have a sample index >= the inferred k = %d (the most common count per "
-                    "view and task) and are ignored; pass --k to score more samples", source, beyond, inferred)
+                    "view and task) and are ignored; %s", source, len(beyond), inferred, advice)
     return inferred
 
 

@@ -7,6 +7,7 @@ environment's ``step``; docs/rewards.md lists every name and formula.
 
 from __future__ import annotations
 
+from reward import folding as _folding  # noqa: F401  (registers the paper-folding rewards)
 from reward import functions as _functions  # noqa: F401  (registers the built-in rewards)
 from reward.errors import error_counts, reset_errors, total_errors
 from reward.registry import (

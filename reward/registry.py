@@ -20,6 +20,7 @@ them, and Python runs it before any module of the package, this one included. Th
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import math
 import re
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from spatialiq_train.core.recipes import RecipeError
+from spatialiq_train.core.reward_weights import weights_problem
 
 RewardFn = Callable[..., list[float]]
 """``fn(completions: list[str], *, answer: list[int], **columns) -> list[float]``."""
@@ -134,8 +136,8 @@ def get_reward(name: str, **params: Any) -> RewardFn:
     if name in _FACTORIES:
         try:
             return _FACTORIES[name](**params)
-        except TypeError as exc:
-            raise ValueError(f"reward factory {name!r}: bad parameters {sorted(params)}: {exc}") from None
+        except TypeError:
+            raise ValueError(factory_usage(name, params)) from None
     if params:
         raise ValueError(f"reward {name!r} takes no parameters, got {sorted(params)}")
     if name in _REWARDS:
@@ -145,6 +147,16 @@ def get_reward(name: str, **params: Any) -> RewardFn:
     if isinstance(name, str) and _DOTTED.fullmatch(name):
         return _load_dotted(name)
     raise _unknown(name)
+
+
+def factory_usage(name: str, given: Mapping[str, Any]) -> str:
+    """Why factory ``name`` refused ``given`` parameters, the parameters it takes, and how to pass them."""
+    expected = list(inspect.signature(_FACTORIES[name]).parameters)
+    example = ":".join(f"{key}=N" for key in expected)
+    said = ", ".join(sorted(given)) if given else "none"
+    return (f"reward factory {name!r} takes the parameters {', '.join(expected)} (given: {said}); pass them as "
+            f"{name}:{example} on the command line, or as {{{name}: {{weight: 1, "
+            f"{', '.join(f'{key}: N' for key in expected)}}}}} in a recipe's reward.weights")
 
 
 def reward_name(fn: RewardFn) -> str:
@@ -217,9 +229,11 @@ def combine(weights: Mapping[str, WeightSpec], name: str | None = None) -> Combi
     """
     if not isinstance(weights, Mapping) or not weights:
         raise ValueError(f"a reward combination needs a non-empty mapping of name -> weight, got {weights!r}")
+    given = {term: weight_and_params(term, spec) for term, spec in weights.items()}
+    if problem := weights_problem({term: weight for term, (weight, _) in given.items()}):
+        raise ValueError(problem)  # the rule recipes apply (spatialiq_train.core.reward_weights)
     parts: dict[str, tuple[float, RewardFn]] = {}
-    for term, spec in weights.items():
-        weight, params = weight_and_params(term, spec)
+    for term, (weight, params) in given.items():
         fn = get_reward(term, **params)
         sub = fn.parts if isinstance(fn, Combination) else ((reward_name(fn) if ":" not in term else term, 1.0, fn),)
         for sub_name, sub_weight, sub_fn in sub:

@@ -108,7 +108,7 @@ def test_phase_plan_efficiency_settings_are_wired(monkeypatch: pytest.MonkeyPatc
     args = config_kwargs(gpu, "out")
     assert args["use_liger_kernel"] is True and args["liger_kernel_config"]["fused_linear_cross_entropy"] is False
     assert args["liger_kernel_config"]["rms_norm"] and args["liger_kernel_config"]["swiglu"]
-    assert gpu.batch.micro_source == "memory plan" and gpu.sources["execution.gradient_checkpointing"] == "hardware"
+    assert gpu.batch.micro_source == "memory plan" and gpu.provenance["execution.gradient_checkpointing"] == "hardware"
     assert args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] == 64
     assert args["steps_per_generation"] == args["gradient_accumulation_steps"]
     assert gpu.record()["memory"]["micro_batch"] == gpu.batch.micro_batch

@@ -23,7 +23,7 @@ one_thread()
 def test_the_plan_records_every_value_with_its_source_and_reads_back() -> None:
     recipe = tiny_recipe(["rl.optimizer.learning_rate=1e-4"])
     plan = resolve(recipe, "rl", Hardware(gpu=False))
-    s = plan.sources
+    s = plan.provenance
     assert set(s) == set(plan_fields(plan)) and set(s.values()) <= {"recipe", "default", "hardware"}
     assert s["optimizer.learning_rate"] == "recipe" and s["algorithm.num_iterations"] == "default"
     assert s["execution.device"] == s["batch.micro_batch"] == s["generation.vllm"] == "hardware"

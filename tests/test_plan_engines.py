@@ -39,7 +39,8 @@ DERIVED = {"phase", "batch.accumulation", "batch.micro_source", "batch.num_gener
 ALTERNATIVES: dict[str, Any] = {
     "model.name_or_path": "/models/other", "model.init_from": "/ckpt/sft", "model.attn_implementation": "sdpa",
     "model.target_modules": ("q_proj",), "data.eval_split": None, "data.train_split": "train",
-    "data.max_examples": 64, "algorithm.loss_type": "grpo", "algorithm.kl_estimator": "k1",
+    "data.max_examples": 64, "data.sources": ({"traces_dir": "a", "weight": 3.0, "data_root": None},
+                                              {"traces_dir": "b", "weight": 1.0, "data_root": None}), "algorithm.loss_type": "grpo", "algorithm.kl_estimator": "k1",
     "algorithm.baseline": "leave_one_out", "algorithm.std": "none", "algorithm.weights": {"format": 1.0},
     "algorithm.importance_sampling_mode": "sequence_mask", "algorithm.importance_sampling_clip_min": 0.5,
     "algorithm.max_length": 1024, "optimizer.lr_scheduler_type": "cosine", "optimizer.max_steps": 8,

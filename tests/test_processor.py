@@ -129,6 +129,9 @@ def test_without_torchvision_the_loader_says_it_is_image_only_and_keeps_the_imag
     with caplog.at_level("WARNING", logger="spatialiq_train.core.processor"):
         processor = load_processor(tiny)
     assert "needs torchvision" in caplog.text and "image-only processor" in caplog.text
+    # one line of our own: not transformers' five-line notice ending "you may need to restart your runtime"
+    assert len(caplog.records) == 1 and "\n" not in caplog.records[0].getMessage()
+    assert "restart your runtime" not in caplog.text and "torchvision is not installed" in caplog.text
     text = "<|vision_start|><|image_pad|><|vision_end|>How many blocks?"
     batch = processor(text=[text], images=[Image.new("RGB", (224, 224))], return_tensors="pt")
     assert batch["pixel_values"].shape[0] == 256 and batch["image_grid_thw"].tolist() == [[1, 16, 16]]

@@ -302,10 +302,11 @@ def test_megabyte_adversarial_completions_score(adversarial: str) -> None:
 def test_registry_names_and_errors() -> None:
     names = {i.name: i.kind for i in list_rewards()}
     assert names == {"format": "reward", "integer_distance": "reward", "exact_match": "reward", "stepwise": "reward",
-                     "consistency": "reward", "overlong": "factory", "default": "combination"}
+                     "consistency": "reward", "overlong": "factory", "default": "combination",
+                     "hole_partial": "reward", "hole_exact": "reward", "folding": "combination"}
     with pytest.raises(ValueError, match="already registered"):
         register("format")(lambda completions, **c: [0.0] * len(completions))
-    with pytest.raises(ValueError, match="unknown reward 'nope'; valid: consistency, default"):
+    with pytest.raises(ValueError, match="unknown reward 'nope'; valid: consistency, default, exact_match, folding"):
         get_reward("nope")
     with pytest.raises(ValueError, match="takes no parameters"):
         get_reward("format", max_len=3)

@@ -302,7 +302,10 @@ def test_sigint_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
     for gt in (data / "benchmark").rglob("gt.json"):
         Image.new("RGB", (64, 64), (120, 80, 40)).save(gt.parent / "view.png")
     model = save_tiny(tmp_path / "model", seed=0)
-    script = ("import signal, sys\nimport eval.sample as s\nreal = s.append_completions\ncalls = []\n"
+    # the child handles SIGINT as Python's default would, however the suite was launched: a background job (nohup
+    # ... &, sbatch wrappers) inherits SIGINT as ignored, and a raised SIGINT would then do nothing
+    script = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "import eval.sample as s\nreal = s.append_completions\ncalls = []\n"
               "def append(path, records):\n    n = real(path, records)\n    calls.append(n)\n"
               "    if len(calls) == 2:\n        signal.raise_signal(signal.SIGINT)\n    return n\n"
               "s.append_completions = append\nfrom spatialiq_train.cli import main\nsys.argv[0] = 'spatialiq'\n"

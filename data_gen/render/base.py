@@ -22,6 +22,11 @@ class RenderError(JobFailure, RuntimeError):
     """A backend failed on one scene; the message names the scene (exit 1: the job ran and failed)."""
 
 
+class RenderInterrupted(KeyboardInterrupt):
+    """A render was cut short by an interrupt (the renderer wound down and returned a partial image): the image is
+    thrown away, never written, and the run stops as an interrupt does (exit 130)."""
+
+
 @dataclass(frozen=True)
 class SceneSpec:
     """Everything a backend needs to draw one view; plain data, no backend objects."""

@@ -11,6 +11,9 @@ Two passes per view (see ../shared/docs/notes/cpu-feasibility.md section 7):
 * ids: the ``aov`` integrator's ``si:shape_index`` at 1 non-jittered sample per pixel centre with a box
   filter, so every pixel holds exactly one shape, mapped to the project's block ids.
 
+A render Mitsuba cancels on SIGINT (it winds down and returns a partial image) raises
+:class:`~data_gen.render.base.RenderInterrupted` instead of giving an image: an interrupted image is never written.
+
 The scene is loaded with ``optimize=False`` so that blocks sharing a material are not merged.
 Variants: ``scalar_rgb`` everywhere, ``llvm_ad_rgb`` when a libLLVM >= 19 is found (the system LLVM 15
 crashes on the path tracer; Debian/Ubuntu package ``libllvm19``), ``cuda_ad_rgb`` on NVIDIA GPUs.
@@ -29,7 +32,7 @@ import numpy as np
 
 from data_gen.camera import BLOCK_SIZE, NEAR_CLIP, Camera, block_center
 from data_gen.render import materials
-from data_gen.render.base import OBJECT_TYPES, RenderError, RenderResult, SceneSpec
+from data_gen.render.base import OBJECT_TYPES, RenderError, RenderInterrupted, RenderResult, SceneSpec
 from data_gen.visibility import block_id
 
 log = logging.getLogger(__name__)
@@ -284,6 +287,7 @@ class MitsubaRenderer:
         sensor = mi.load_dict(_sensor(mi, spec.camera, 1, exact_ids=True))
         integrator = mi.load_dict({"type": "aov", "aovs": "si:shape_index"})
         si = np.array(mi.render(scene, sensor=sensor, integrator=integrator, spp=1))[..., 0]
+        _finished(integrator, spec)
         shapes = scene.shapes()
         if self.variant.startswith("scalar"):
             values = np.arange(1, len(shapes) + 1, dtype=np.int64)
@@ -297,6 +301,7 @@ class MitsubaRenderer:
         for p in range(self.spp):
             seed = (int(spec.seed) * self.spp + p) & 0xFFFFFFFF
             img = np.array(self._mi.render(scene, seed=seed, spp=1), dtype=np.float64)
+            _finished(scene.integrator(), spec)
             total = img if total is None else total + img
         assert total is not None
         return total / self.spp
@@ -318,6 +323,14 @@ class MitsubaRenderer:
         except Exception as exc:  # noqa: BLE001 - re-raised with the scene named
             raise RenderError(f"Mitsuba render failed for {_describe(spec)}: {exc}") from exc
         return RenderResult(rgb=rgb, instance_ids=ids)
+
+
+def _finished(integrator: Any, spec: SceneSpec) -> None:
+    """Raise RenderInterrupted when ``integrator``'s last render was cancelled. Mitsuba's own SIGINT handler (scalar
+    variants) cancels a render, returns the partial image and passes the signal on to the previous handler, which
+    in a background job is "ignore": without this check the partial image would be written as a finished one."""
+    if integrator.should_stop():
+        raise RenderInterrupted(f"the render of {_describe(spec)} was interrupted; its partial image is not kept")
 
 
 def _describe(spec: SceneSpec) -> str:

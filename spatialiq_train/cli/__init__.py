@@ -14,6 +14,7 @@ from typer.core import TyperGroup
 
 from spatialiq_train.cli import demo as demo_cli
 from spatialiq_train.cli import eval as eval_cli
+from spatialiq_train.cli import fold as fold_cli
 from spatialiq_train.cli import gen as gen_cli
 from spatialiq_train.cli import nemo as nemo_cli
 from spatialiq_train.cli import release as release_cli
@@ -60,13 +61,25 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _module in (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, nemo_cli, release_cli, demo_cli, sweep_cli):
+_MODULES = (gen_cli, traces_cli, reward_cli, eval_cli, train_cli, nemo_cli, release_cli, demo_cli, sweep_cli, fold_cli)
+for _module in _MODULES:
     _module.register(app)
+
+
+def _version(shown: bool) -> None:
+    """``spatialiq --version``: the project's version, then exit (before any command)."""
+    if shown:
+        from spatialiq_train.core.versions import PROJECT_VERSION
+
+        typer.echo(f"spatialiq-train {PROJECT_VERSION}")
+        raise typer.Exit(code=0)
 
 
 @app.callback()
 def _root(ctx: typer.Context,
-          verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEBUG; tracebacks on errors.")) -> None:
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEBUG; tracebacks on errors."),
+          version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
     ctx.meta[VERBOSE_KEY] = verbose
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 

@@ -5,7 +5,9 @@ DAPO-tight recipe (SFT warm-up, then GRPO/DAPO) on the offline tiny Qwen2.5-VL, 
 same rollouts and rewards at the unchanged SFT weights), sample the trained checkpoint on the benchmark split, score
 it and write the report with the learning curve. Every step is one of the ordinary ``spatialiq`` commands, run
 in-process in order; each of them resumes, so rerunning the demo after an interruption continues where it stopped.
-Each step's wall and CPU seconds are printed as it ends.
+Each step's wall and CPU seconds are printed in step order (a step's line waits for those of the background steps
+before it) and the total at the end. An interrupted step (Ctrl-C, SIGTERM) stops the demo with exit 130 (143),
+saying which step was interrupted, what was kept and that the same command continues.
 """
 
 from __future__ import annotations
@@ -172,39 +174,94 @@ def run_steps(ctx: typer.Context, steps: list[list[str]], background: dict[int, 
               logs: Path | None = None) -> None:
     """Each step timed, in this process, or (the indices in ``background``) in a child process started once the
     given file exists, its output in ``logs``; background steps finish before the step named :data:`JOIN_BEFORE`.
-    The first failure stops the demo with its exit status (background children are stopped)."""
-    from spatialiq_train.cli.steps import VERBOSE_KEY, run_step
+    Step lines come out in step order (a step's timing line waits for those of the background steps before it) and
+    a total ends the run. The first failure stops the demo with its exit status (background children are stopped);
+    an interrupted step (exit 130, or 143 for SIGTERM) stops it saying what was kept and how to continue."""
+    from spatialiq_train.cli.steps import VERBOSE_KEY, on_interrupt, run_step
     from spatialiq_train.core.errors import UserError
 
     verbose = bool(ctx.meta.get(VERBOSE_KEY))
-    children: list[_Child] = []
+    children: dict[int, _Child] = {}
+    lines = _InOrder()
+    start, cpu0 = time.perf_counter(), time.process_time()
     try:
         for n, args in enumerate(steps, 1):
             label = f"[{n}/{len(steps)}]"
+            on_interrupt(_kept(n))
             if background and n - 1 in background:
                 assert logs is not None
                 child = _Child(label, args, background[n - 1], logs / f"{n:02d}-{_name(args).replace(' ', '-')}.log",
                                verbose)
-                children.append(child)
+                children[n] = child
                 typer.secho(f"{label} spatialiq {shlex.join(args)} (in the background; output in {child.log})",
                             bold=True)
                 continue
             if args[0] == JOIN_BEFORE:
-                for child in children:
-                    child.join()
+                _join(children, lines)
             typer.secho(f"{label} spatialiq {shlex.join(args)}", bold=True)
             wall, cpu = time.perf_counter(), time.process_time()
-            rc = run_step(ctx, args, verbose)
+            try:
+                rc = run_step(ctx, args, verbose)
+            except SystemExit as exc:  # SIGTERM in a step holding an output lock unwinds it as an exit (143)
+                if exc.code not in INTERRUPTED:
+                    raise
+                rc = int(exc.code)  # type: ignore[arg-type]
+            if rc in INTERRUPTED:
+                typer.echo(f"interrupted: the demo stopped at step {label} ({_name(args)}); {_kept(n)}",
+                           err=True)
+                raise typer.Exit(code=rc)
             if rc:
                 raise UserError(f"demo step {n} failed (exit {rc}, its error is above): spatialiq {shlex.join(args)}",
                                 exit_code=rc)
-            typer.echo(f"{label} {_name(args)}: {time.perf_counter() - wall:.1f} s wall, "
-                       f"{time.process_time() - cpu:.1f} s CPU")
-        for child in children:
-            child.join()
+            lines.add(n, f"{label} {_name(args)}: {time.perf_counter() - wall:.1f} s wall, "
+                         f"{time.process_time() - cpu:.1f} s CPU")
+        _join(children, lines)
+        typer.secho(f"[total] {len(steps)} steps: {time.perf_counter() - start:.1f} s wall, "
+                    f"{time.process_time() - cpu0 + sum(c.cpu for c in children.values()):.1f} s CPU", bold=True)
     finally:
-        for child in children:
+        lines.flush()
+        for child in children.values():
             child.stop()
+
+
+INTERRUPTED = (130, 143)
+"""Exit statuses of an interrupted step: SIGINT (Ctrl-C) and SIGTERM, as a shell reports them."""
+
+
+def _kept(n: int) -> str:
+    """What an interruption at step ``n`` keeps, and how to go on."""
+    before = "step 1" if n == 2 else f"steps 1-{n - 1}"
+    done = "no step had finished" if n == 1 else f"what {before} wrote is kept (a background step still running " \
+        "is stopped and keeps what it had finished)"
+    return (f"{done}; the interrupted step kept what it had finished (each output written aside and moved into "
+            "place); rerun the same demo command to continue: finished steps are found done, the rest resume")
+
+
+class _InOrder:
+    """Step timing lines printed in step order: a line waits until the lines of every step before it are out."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[int, str] = {}
+        self.done = 0
+
+    def add(self, n: int, line: str) -> None:
+        self.waiting[n] = line
+        while self.done + 1 in self.waiting:
+            self.done += 1
+            typer.echo(self.waiting.pop(self.done))
+
+    def flush(self) -> None:
+        """Whatever still waits (a step before it never reported), in step order."""
+        for n in sorted(self.waiting):
+            typer.echo(self.waiting.pop(n))
+
+
+def _join(children: dict[int, _Child], lines: _InOrder) -> None:
+    """Wait for every background step started so far and put its timing line in order."""
+    for n in sorted(children):
+        line = children[n].join()
+        if line is not None:
+            lines.add(n, line)
 
 
 def _name(args: list[str]) -> str:
@@ -250,7 +307,8 @@ class _Child:
         except BaseException as exc:  # noqa: BLE001 - reported by join()
             self.error = exc
 
-    def join(self) -> None:
+    def join(self) -> str | None:
+        """Wait for the step; its timing line (None once reported, or when it never ran), or its failure raised."""
         from spatialiq_train.core.errors import UserError
 
         self.thread.join()
@@ -262,9 +320,10 @@ class _Child:
             typer.echo("\n".join(tail), err=True)
             raise UserError(f"demo step {self.label} failed (exit {self.rc}; the end of {self.log} is above): "
                             f"spatialiq {shlex.join(self.args)}", exit_code=self.rc)
-        if self.rc is not None:
-            typer.echo(f"{self.label} {_name(self.args)} (background): {self.wall:.1f} s wall, {self.cpu:.1f} s CPU")
-            self.rc = None  # reported once
+        if self.rc is None:
+            return None
+        self.rc = None  # reported once
+        return f"{self.label} {_name(self.args)} (background): {self.wall:.1f} s wall, {self.cpu:.1f} s CPU"
 
     def stop(self) -> None:
         """Stop the child if it still runs (after another step failed)."""

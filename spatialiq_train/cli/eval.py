@@ -216,6 +216,7 @@ def score(
     from eval.hierarchy import check_convention
     from eval.paper.accuracy import convention_for
     from eval.provenance import MODEL_KEYS
+    from eval.score_input import prepare
     from spatialiq_train.cli.options import raw_files
     from spatialiq_train.core.errors import UserError
 
@@ -229,12 +230,13 @@ def score(
         raise UserError("eval score needs --completions, --data and --name (or --raw FILE for predictions files)")
     _check_score_options(mode, parse, k, min_coverage, name, limit)
     scenes, records, sampled = _read_sampled(completions, data, split, limit)
-    k = scoring.resolve_k(records, k, completions)
-    preds = scoring.collect_predictions(scenes, records, mode, k, parse)  # type: ignore[arg-type]
-    scoring.require_matches(preds, records, data)
-    warning = scoring.check_coverage(preds, min_coverage, completions)
-    if warning:
-        typer.echo(f"warning: {warning}", err=True)
+    scored = prepare(records, mode, k, sampled, completions)  # mode from provenance, stray lines, numbering, k
+    preds = scoring.collect_predictions(scenes, scored.records, scored.mode, scored.k, parse)  # type: ignore[arg-type]
+    preds.counts.update(scored.counts)
+    scoring.require_matches(preds, scored.records, data)
+    for text in [*scored.notes, scoring.check_coverage(preds, min_coverage, completions)]:
+        if text:
+            typer.echo(f"warning: {text}", err=True)
     metrics = scoring.score_predictions(preds, name, conv)
     metrics.update({key: (sampled or {}).get(key) for key in MODEL_KEYS})  # the weights `release` ties them to
     _write_scored(out, name, metrics, scoring.first_sample_table(preds, name), group, note)
@@ -303,17 +305,42 @@ def report(
 
 @eval_app.command("compare")
 def compare(
-    raw: list[Path] = typer.Option(..., "--raw", help="eval_raw_* files or folders holding them (repeatable)."),
-    out: Path = typer.Option(..., "--out", help="Output folder for mcnemar.csv."),
+    raw: list[Path] = typer.Option(None, "--raw", help="eval_raw_* files or folders holding them (repeatable)."),
+    out: Path = typer.Option(..., "--out", help="Output folder (mcnemar.csv; with --base/--trained transfer.*)."),
     task: str = typer.Option("main", "--task", help="Task column to compare (default Object Counting)."),
+    base: list[Path] = typer.Option(None, "--base", help="Transfer table: the base checkpoint's results on one "
+                                    "benchmark, an `eval external` folder or an eval_raw file (repeatable)."),
+    trained: list[Path] = typer.Option(None, "--trained", help="The trained checkpoint's results, one per benchmark "
+                                       "given to --base (repeatable)."),
+    base_completions: Path = typer.Option(None, "--base-completions", help="Completions the base's Spatial-IQ "
+                                          "results were scored from (opener share, chain length)."),
+    trained_completions: Path = typer.Option(None, "--trained-completions", help="The same for the trained side."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the paired bootstrap."),
 ) -> None:
-    """Paired exact McNemar tests between every pair of responders, Benjamini-Hochberg adjusted."""
-    from eval.compare import write_comparison
+    """Paired exact McNemar tests between every pair of responders, Benjamini-Hochberg adjusted (--raw); or the
+    transfer table of a base and a trained checkpoint across benchmarks (--base/--trained: docs/transfer.md)."""
+    from spatialiq_train.core.errors import UserError
 
-    path = write_comparison(raw, out, task)
-    typer.echo(str(path))
+    if bool(raw) == bool(base or trained):
+        raise UserError("give --raw (responders on one benchmark) or --base and --trained (a transfer table across "
+                        "benchmarks), not both and not neither")
+    if raw:
+        from eval.compare import write_comparison
+
+        typer.echo(str(write_comparison(raw, out, task)))
+        return
+    if not base or not trained:
+        raise UserError(f"the transfer table needs --base and --trained (got {len(base or [])} and "
+                        f"{len(trained or [])}): one results path per benchmark on each side")
+    from eval.transfer_io import write_transfer
+
+    typer.echo(write_transfer(base, trained, out, task, seed, base_completions, trained_completions), nl=False)
+    typer.echo(str(out / "transfer.md"))
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root app."""
+    from spatialiq_train.cli import external
+
+    external.register(eval_app)  # `eval external`: docs/transfer.md
     app.add_typer(eval_app, name="eval")

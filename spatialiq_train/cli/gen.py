@@ -29,8 +29,9 @@ def gen(
              "The resolved one is recorded; a resume or shard on a machine resolving another is refused."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     plan_only: bool = typer.Option(False, "--plan-only", help="Only write OUT/plan.json (before a Slurm array)."),
-    verify: bool = typer.Option(False, "--verify", help="Only re-read every file of OUT against its recorded sha256 "
-                                "and report each mismatch (exit 1 if any); a gen rerun repairs them."),
+    verify: bool = typer.Option(False, "--verify", help="Only check OUT: every file against its recorded sha256 and "
+                                "--rerender structures per shard against a fresh render; exit 1 on any mismatch."),
+    rerender: int = typer.Option(1, "--rerender", help="With --verify: structures per shard rendered again (0: none)."),
 ) -> None:
     """Generate cube scenes with exact ground truth: the per-view layout and parquet shards under OUT."""
     from pydantic import ValidationError
@@ -41,7 +42,7 @@ def gen(
     from spatialiq_train.core.errors import UserError
 
     if verify:
-        _verify(out)
+        _verify(out, rerender)
         return
     part_counts = _parts(parts) if parts is not None else None
     if structures is None and part_counts is not None:
@@ -57,7 +58,7 @@ def gen(
                         render_variant=render_variant, parts=part_counts)
     except ValidationError as exc:
         raise UserError(option_errors(exc)) from None
-    with _gen_locks(cfg, plan_only):  # one writer per shard (docs/trust.md)
+    with _gen_locks(cfg, plan_only):  # one writer per shard (docs/trust.md); SIGINT stops it, even in a background job
         manifest = run(cfg, progress=not quiet, plan_only=plan_only)
     if plan_only:
         typer.echo(f"plan written: {out / 'plan.json'}")
@@ -70,14 +71,17 @@ def gen(
 
 def _gen_locks(cfg, plan_only: bool):  # noqa: ANN001, ANN202
     """The locks of what this `gen` writes: the plan, its one shard (a Slurm array task), or every shard (a whole
-    run); a second writer of any of them is refused naming the first."""
+    run); a second writer of any of them is refused naming the first. SIGINT raises KeyboardInterrupt inside (exit
+    130), even in a background job, which inherits SIGINT as ignored (`spatialiq_train.core.interrupts`)."""
     import contextlib
 
     from spatialiq_train.cli.steps import on_interrupt
+    from spatialiq_train.core.interrupts import interruptible
     from spatialiq_train.core.lock import output_lock
 
     out = Path(cfg.out)
     stack = contextlib.ExitStack()
+    stack.enter_context(interruptible())
     if plan_only:
         stack.enter_context(output_lock(out / "plan.json", "--out"))
         return stack
@@ -115,19 +119,32 @@ def _parts(text: str) -> dict[str, int]:
     return out
 
 
-def _verify(out: Path) -> None:
+def _verify(out: Path, per_shard: int) -> None:
     """``gen --verify``: one line per mismatch (file, expected, found), a summary, exit 1 when any."""
+    from data_gen.rerender import rerender
     from data_gen.verify import verify
     from spatialiq_train.core.errors import EXIT_FAILURE, UserError
 
+    if per_shard < 0:
+        raise UserError(f"--rerender must be 0 or more (structures per shard to render again), got {per_shard}")
     report = verify(out)
+    fresh = rerender(out, per_shard)
+    report.mismatches += fresh.mismatches
+    report.notes += fresh.notes
+    also = (f" and {fresh.images} image(s) of {fresh.structures} structure(s) against a fresh render"
+            if fresh.structures else "")
     for mismatch in report.mismatches:
         typer.echo(f"MISMATCH {mismatch.line()}", err=True)
     for rel in report.incomplete:
         typer.echo(f"INCOMPLETE {rel}: no completion record (rerun spatialiq gen with the same arguments)", err=True)
     for note in report.notes:
         typer.echo(f"note: {note}")
-    typer.echo(report.summary())
+    typer.echo(report.summary(also))
+    if fresh.mismatches:
+        raise UserError(f"{len(fresh.mismatches)} image(s) differ from a fresh render of their record (listed above): "
+                        "they were not written by a finished render; delete their shard's completion record "
+                        "(shards/*.done.json) and rerun spatialiq gen with the same arguments to render it again",
+                        exit_code=EXIT_FAILURE)
     if not report.ok:
         raise UserError(f"{len(report.mismatches)} file(s) differ from their recorded sha256 and "
                         f"{len(report.incomplete)} shard(s) are incomplete (listed above); rerun spatialiq gen with "

@@ -14,10 +14,18 @@ reward_app = typer.Typer(help="Score completions with the reward library; list r
 
 
 def _parse_spec(text: str) -> Any:
+    """A JSON weight mapping, a reward given with its factory parameters (``overlong:max_len=2048:cache=512``, as
+    `reward analyze --rewards` takes them), or a name as it is."""
     from spatialiq_train.core.io import loads_json
 
     if text.lstrip().startswith("{"):
         return loads_json(text, "--reward (a JSON weight mapping)", one_line=True)
+    if "=" in text:
+        from reward import get_reward
+        from spatialiq_train.lab.scoring import parse_reward_item
+
+        name, params = parse_reward_item(text, "--reward")
+        return get_reward(name, **params)
     return text
 
 
@@ -28,7 +36,8 @@ def _fmt(value: float) -> str:
 @reward_app.command("score")
 def score(
     reward: str = typer.Option(
-        "default", "--reward", "-r", help="A reward name, 'pkg.module:function', or a JSON weight mapping."
+        "default", "--reward", "-r", help="A reward name, 'pkg.module:function', a factory with its parameters "
+        "(overlong:max_len=2048:cache=512), or a JSON weight mapping."
     ),
     answer: int | None = typer.Option(None, "--answer", "-a", help="Ground truth (default: --gt task_main)."),
     completion: str = typer.Option(..., "--completion", "-c", help="The completion text; '-' reads stdin."),
@@ -58,7 +67,7 @@ def score(
         raise UserError(f"--answer {answer}: a ground-truth block count is a whole number >= 0")
     columns["answer"] = [answer]
     try:
-        fn = resolve_reward(_parse_spec(reward))
+        fn = resolve_reward(_parse_spec(reward))  # weights follow the recipes' rule (core.reward_weights)
     except UserError:
         raise
     except ValueError as exc:

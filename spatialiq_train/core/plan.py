@@ -3,7 +3,7 @@
 `core.resolve.resolve(recipe, phase, hardware)` is the only reader of a `Recipe` after loading and validation that a
 training engine needs: the TRL mapper (`spatialiq_train.train.mapper`) and the NeMo-RL mapper
 (`spatialiq_train.nemo.config`) build their configs from the plan alone, and both runs keep it as ``plan.json``. Each
-leaf value carries where it came from (`PhasePlan.sources`): ``recipe`` (the recipe sets it), ``default`` (the recipe
+leaf value carries where it came from (`PhasePlan.provenance`): ``recipe`` (the recipe sets it), ``default`` (the recipe
 model's default), ``hardware`` (decided from `core.resolve.Hardware`: the device, the process count, the memory plan)
 or ``released`` (the paper's released configuration, where the recipe has no value).
 
@@ -12,7 +12,7 @@ The groups follow the recipe's sections and keep its key names, so a refusal nam
 with its draw size, overlong shaping, reward weights, iterations, importance sampling), ``batch`` (`core.batch`),
 ``optimizer`` (with the step budget), ``validation``, ``generation`` (RL), ``execution`` (device, dtype, kernels,
 checkpointing, vLLM) and ``logging`` (with the seed and checkpoint cadence). The training data is one source today
-(``data.traces_dir`` + the phase's split); a weighted mix of sources would be a list under ``data``.
+(``data.traces_dir`` + the phase's split), or a weighted mix of trace folders (``data.sources``, replay).
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ class PlanData:
     eval_split: str | None
     """The held-out split this phase validates on (None: the phase does not validate)."""
     max_examples: int | None
+    sources: tuple[dict[str, Any], ...] = ()
+    """Replay (``data.sources``): trace folders mixed with weights into every global batch (`core.mixing`); empty:
+    ``traces_dir`` alone. Each: ``traces_dir``, ``weight``, ``data_root``."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,8 @@ class PlanLogging:
 
 @dataclass(frozen=True)
 class PhasePlan:
-    """Every value one phase trains with, and where each came from (``sources``: dotted field -> provenance)."""
+    """Every value one phase trains with, and where each came from (``provenance``: dotted field -> recipe, default,
+    hardware or released)."""
 
     phase: Phase
     name: str
@@ -169,7 +173,7 @@ class PhasePlan:
     execution: PlanExecution
     logging: PlanLogging
     memory: MemoryPlan | None = None
-    sources: dict[str, str] = field(default_factory=dict)
+    provenance: dict[str, str] = field(default_factory=dict)
 
     @property
     def rl(self) -> RlAlgorithm:
@@ -182,7 +186,7 @@ class PhasePlan:
         return plan_fields(self)
 
     def record(self) -> dict[str, Any]:
-        """JSON-ready: the groups as written, the memory plan and the sources (``plan.json``)."""
+        """JSON-ready: the groups as written, the memory plan and the provenance (``plan.json``)."""
         out = {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
         out["batch"] = self.batch.record()
         out["memory"] = self.memory.record() if self.memory else None
@@ -191,8 +195,8 @@ class PhasePlan:
     def describe(self) -> str:
         x = self.execution
         extra = [f"gradient checkpointing {'on' if x.gradient_checkpointing else 'off'} "
-                 f"({self.sources.get('execution.gradient_checkpointing', '?')})",
-                 f"Liger kernels {'on' if x.liger_kernel else 'off'} ({self.sources.get('execution.liger_kernel')})"]
+                 f"({self.provenance.get('execution.gradient_checkpointing', '?')})",
+                 f"Liger kernels {'on' if x.liger_kernel else 'off'} ({self.provenance.get('execution.liger_kernel')})"]
         if self.memory is not None:
             extra.append(f"memory plan ~{self.memory.estimate_gib:.0f} of {self.memory.device_gib:.0f} GiB")
         return f"{self.batch.describe()}; {'; '.join(extra)}"
@@ -240,14 +244,15 @@ def from_record(record: dict[str, Any]) -> PhasePlan:
     batch = {k: v for k, v in r["batch"].items() if k in BATCH_FIELDS or k == "phase"}
     memory = r.get("memory")
     return PhasePlan(
-        phase=r["phase"], name=r["name"], model=model, data=PlanData(**r["data"]), algorithm=algorithm,
+        phase=r["phase"], name=r["name"], model=model,
+        data=PlanData(**{**r["data"], "sources": tuple(r["data"].get("sources") or ())}), algorithm=algorithm,
         batch=BatchPlan(**batch), optimizer=PlanOptimizer(**r["optimizer"]),
         validation=PlanValidation(**r["validation"]),
         generation=PlanGeneration(**r["generation"]) if r.get("generation") else None,
         execution=PlanExecution(**r["execution"]),
         logging=PlanLogging(**{**r["logging"], "report_to": tuple(r["logging"]["report_to"])}),
         memory=MemoryPlan(**{k: v for k, v in memory.items() if k in _MEMORY_FIELDS}) if memory else None,
-        sources=dict(r.get("sources") or {}))
+        provenance=dict(r.get("provenance") or {}))
 
 
 _MEMORY_FIELDS = tuple(f.name for f in dataclasses.fields(MemoryPlan))

@@ -199,11 +199,16 @@ _WARNED: list[bool] = []
 
 
 def _warn_image_only(exc: BaseException) -> None:
-    """Say once per process that the image-only processor is in use (the full one needs torchvision)."""
+    """Say once per process, in one line of our own, that the image-only processor is in use (the full one needs
+    torchvision). transformers' own five-line notice (which ends "you may need to restart your runtime", advice
+    for notebooks that is wrong for a command) is not repeated: only the first line of a non-torchvision cause."""
     if not _WARNED:
         _WARNED.append(True)
-        log.warning("the full Qwen2.5-VL processor needs torchvision (%s: %s); using the image-only processor: "
-                    "images are processed the same, video is refused", type(exc).__name__, exc)
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        cause = ("torchvision is not installed" if "torchvision" in str(exc).lower()
+                 else f"{type(exc).__name__}: {first}")
+        log.warning("the full Qwen2.5-VL processor needs torchvision (%s); using the image-only processor: "
+                    "images are processed the same, video is refused", cause)
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")

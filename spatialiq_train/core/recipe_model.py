@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from spatialiq_train.core.advantages import Baseline, Std, refuse_scale_rewards
+from spatialiq_train.core.mixing import TraceSource, check_sources
 from spatialiq_train.core.recipe_types import (
     MAX_BATCH,
     MAX_COUNT,
@@ -77,6 +78,14 @@ class DataSection(Section):
     """Held-out split: validation during training (`*.validation`) and the eval area sample it."""
     max_examples: Count | None = Field(None, gt=0, le=MAX_COUNT)
     """Cap on rows read per split (None = all)."""
+    sources: list[TraceSource] = Field(default_factory=list)
+    """Replay: the training splits mixed from these trace folders with weights (`spatialiq_train.core.mixing`);
+    empty: the training splits are data.traces_dir's."""
+
+    @model_validator(mode="after")
+    def _sources(self) -> DataSection:
+        check_sources(self.sources, self.traces_dir)
+        return self
 
 
 class OptimizerSection(Section):

@@ -190,7 +190,7 @@ def _algorithm(recipe: Recipe, phase: Phase) -> SftAlgorithm | RlAlgorithm:
         importance_sampling_clip_min=v.importance_sampling_clip_min)
 
 
-def _sources(recipe: Recipe, plan: PhasePlan, decided: dict[str, str]) -> dict[str, str]:
+def _provenance(recipe: Recipe, plan: PhasePlan, decided: dict[str, str]) -> dict[str, str]:
     out = {}
     for dotted in plan_fields(plan):
         key = recipe_key(plan.phase, dotted)
@@ -215,7 +215,8 @@ def resolve(recipe: Recipe, phase: Phase, hardware: Hardware) -> PhasePlan:
                         m.attn_implementation, m.min_pixels, m.max_pixels, m.freeze_vision, m.lora.enabled,
                         m.lora.r, m.lora.alpha, m.lora.dropout, tuple(m.lora.target_modules)),
         data=PlanData(d.traces_dir, d.data_root, d.sft_split if phase == "sft" else d.rl_split,
-                      d.eval_split if validates else None, d.max_examples),
+                      d.eval_split if validates else None, d.max_examples,
+                      tuple(s.model_dump() for s in d.sources)),
         algorithm=_algorithm(recipe, phase), batch=batch,
         optimizer=PlanOptimizer(opt.learning_rate, opt.lr_scheduler_type, opt.warmup_steps, opt.warmup_start_factor,
                                 opt.weight_decay, opt.adam_beta1, opt.adam_beta2, opt.max_grad_norm, opt.max_steps,
@@ -242,7 +243,7 @@ def resolve(recipe: Recipe, phase: Phase, hardware: Hardware) -> PhasePlan:
         decided["execution.dtype"] = "hardware"
     if batch.micro_source in ("memory plan", "GPU default", "whole share"):
         decided["batch.micro_batch"] = "hardware"
-    return dataclasses.replace(plan, sources=_sources(recipe, plan, decided))
+    return dataclasses.replace(plan, provenance=_provenance(recipe, plan, decided))
 
 
 def steps_per_epoch(plan: PhasePlan, rows: int) -> int:

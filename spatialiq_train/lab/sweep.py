@@ -173,8 +173,10 @@ def resolve_variants(base: dict[str, Any], varies: list[tuple[str, list[Any]]], 
         values = {k: get_key(dumped, k) for k in keys}  # as validated ('1e-6' -> 1e-06)
         label = label_of(values)
         variant = Variant(f"{recipe_hash(recipe)}-{label}", label, values)
-        if any(v.name == variant.name for v, _ in out):
-            raise UserError(f"--vary: two variants resolve to the same recipe ({variant.name}); drop the repeat")
+        same = next((v for v, _ in out if v.name.split("-", 1)[0] == variant.name.split("-", 1)[0]), None)
+        if same is not None:  # by the canonical form (the hash of the sorted dump): key order does not hide it
+            also = "" if same.name == variant.name else f" and {variant.name}, the same values in another key order"
+            raise UserError(f"--vary: two variants resolve to the same recipe ({same.name}{also}); drop the repeat")
         out.append((variant, recipe))
     return out
 

@@ -42,6 +42,9 @@ WARMUP_FROM_ZERO = 1e-9
 gives the same factor as TRL's at every step to 1e-9."""
 
 NEMO_REFUSED: dict[str, tuple[Any, str]] = {
+    "data.sources": ((), "data.sources mixes trace folders by weight (replay), which only the TRL engine reads "
+                         "(`spatialiq train`); NeMo-RL's dataloader shuffles one split: train this recipe with "
+                         "`spatialiq train`, or write one trace folder and leave data.sources empty"),
     "model.tiny": (False, "NeMo-RL loads model.name_or_path; build the tiny model (spatialiq_train.tiny.save_tiny), "
                           "point model.name_or_path at it and set model.tiny=false"),
     "model.attn_implementation": (None, "NeMo-RL's DTensor policy picks its attention kernel; set it to null"),

@@ -8,9 +8,12 @@ referenced by path and decoded lazily.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spatialiq_train.core.traces import Mode, load_examples
+
+if TYPE_CHECKING:
+    from spatialiq_train.core.plan import PhasePlan
 
 
 def load_split(
@@ -18,6 +21,25 @@ def load_split(
 ) -> Any:
     """Read `<traces_dir>/<split>.jsonl` into a `datasets.Dataset` for the given trainer."""
     return examples_to_dataset(load_examples(traces_dir, split, data_root, mode, limit))
+
+
+def training_examples(plan: PhasePlan) -> list[dict[str, Any]]:
+    """The phase's training rows: ``data.traces_dir``'s split, or with ``data.sources`` the replay mix, global batch
+    after global batch in the order of ``core.mixing.mixed_order`` (read in that order: the mapper's sequential
+    sampler)."""
+    d = plan.data
+    if not d.sources:
+        return load_examples(d.traces_dir, d.train_split, d.data_root, plan.phase, d.max_examples)
+    from spatialiq_train.core.mixing import TraceSource, mixed_examples
+
+    batch = plan.batch.global_batch if plan.phase == "sft" else plan.batch.prompts_per_step
+    return mixed_examples([TraceSource(**s) for s in d.sources], d.train_split, d.data_root, plan.phase, batch or 1,
+                          plan.logging.seed, d.max_examples)
+
+
+def load_training_split(plan: PhasePlan) -> Any:
+    """:func:`training_examples` as a `datasets.Dataset`."""
+    return examples_to_dataset(training_examples(plan))
 
 
 def examples_to_dataset(examples: list[dict[str, Any]]) -> Any:

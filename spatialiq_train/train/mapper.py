@@ -122,6 +122,8 @@ def config_kwargs(plan: PhasePlan, output_dir: str, reward_weights: list[float] 
         out["model_init_kwargs"]["attn_implementation"] = plan.model.attn_implementation
     if plan.execution.liger_kernel:
         out.update(use_liger_kernel=True, liger_kernel_config=dict(LIGER_CONFIG))
+    if plan.data.sources:  # replay: each step reads the next global batch of the mix (the sequential sampler)
+        out.update(train_sampling_strategy="sequential", **({"shuffle_dataset": False} if plan.phase == "rl" else {}))
     if plan.phase == "sft":
         a = plan.algorithm
         return {**out, "max_length": a.max_length, "completion_only_loss": a.assistant_only_loss,
@@ -140,7 +142,8 @@ def trainer_settings(plan: PhasePlan) -> dict[str, Any]:
         "lora": {"r": m.r, "alpha": m.alpha, "dropout": m.dropout, "target_modules": list(m.target_modules)}
         if m.lora else None,
         "data": {"traces_dir": d.traces_dir, "data_root": d.data_root, "train_split": d.train_split,
-                 "eval_split": d.eval_split, "max_examples": d.max_examples, "eval_rows": val.max_samples},
+                 "eval_split": d.eval_split, "max_examples": d.max_examples, "eval_rows": val.max_samples,
+                 "sources": [dict(x) for x in d.sources]},
         "warmup_start_factor": plan.optimizer.warmup_start_factor,
         "early_stopping": (val.early_stopping_patience, val.early_stopping_min_delta)
         if val.early_stopping_patience is not None else None,

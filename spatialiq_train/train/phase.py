@@ -131,12 +131,12 @@ def phase_datasets(plan: PhasePlan, train_dataset: Any, eval_dataset: Any) -> tu
     """The phase's training split and, when it validates, its validation rows (defaults from the plan); a global
     batch the training rows cannot fill once is refused (`core.batch.check_batch_fits`)."""
     from spatialiq_train.core.batch import check_batch_fits
-    from spatialiq_train.train.data import load_split
+    from spatialiq_train.train.data import load_split, load_training_split
 
     d = plan.data
     trains_on_traces = train_dataset is None
     if train_dataset is None:
-        train_dataset = load_split(d.traces_dir, d.train_split, d.data_root, plan.phase, d.max_examples)
+        train_dataset = load_training_split(plan)
     check_batch_fits(plan.batch, len(train_dataset), f"the {d.train_split!r} split", plan.rl.batch_multiplier
                      if plan.phase == "rl" and plan.rl.dynamic_sampling else 1)
     if eval_dataset is None and d.eval_split is not None:

@@ -74,11 +74,11 @@ def check_batches_fit(plans: list[PhasePlan]) -> None:
     """Each phase's global batch fits its training split once (`core.batch.check_batch_fits`), before anything
     trains: rows counted after data.max_examples and the RL filter, as the phase will read them."""
     from spatialiq_train.core.batch import check_batch_fits
-    from spatialiq_train.core.traces import load_examples
+    from spatialiq_train.train.data import training_examples
 
     for plan in plans:
         d = plan.data
-        rows = len(load_examples(d.traces_dir, d.train_split, d.data_root, plan.phase, d.max_examples))
+        rows = len(training_examples(plan))
         check_batch_fits(plan.batch, rows, f"the {d.train_split!r} split",
                          plan.rl.batch_multiplier if plan.phase == "rl" and plan.rl.dynamic_sampling else 1)
 

@@ -1,0 +1,155 @@
+"""Replay (`data.sources`): the per-batch quota rule against hand-computed batches and its bounds, a reproducible
+order the same for any process count, the recipe's refusals, the TRL data path reading the mix in order, and the
+NeMo-RL refusal."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _train_support import one_thread, tiny_model_dir, tiny_recipe, trace_row, write_traces
+
+from spatialiq_train.core.mixing import batch_quotas, batches_for, mixed_order
+from spatialiq_train.core.recipes import RecipeError, recipe_from_dict
+from spatialiq_train.core.resolve import Hardware, resolve
+
+one_thread()
+
+
+def test_quotas_of_a_four_row_batch_at_80_20_by_hand() -> None:
+    # ideal 3.2 / 0.8 rows: floors 3 / 0, one row left; credits (.2, .8) -> source 1 (reaches 1 first), then
+    # (.4, .6) and (.6, .4) -> source 1, (.8, .2): both reach 1 next batch, the earlier source wins; (0, 1) -> 1
+    assert batch_quotas([0.8, 0.2], 4, 5).tolist() == [[3, 1], [3, 1], [3, 1], [4, 0], [3, 1]]
+    assert batch_quotas([2, 1, 1], 2, 4).tolist() == [[1, 1, 0], [1, 0, 1], [1, 1, 0], [1, 0, 1]]
+    assert batch_quotas([1, 1], 8, 2).tolist() == [[4, 4], [4, 4]]
+
+
+@pytest.mark.parametrize("weights,batch", [([0.8, 0.2], 16), ([5, 3, 1, 1], 7), ([0.45, 0.45, 0.1], 1),
+                                           ([1, 2, 3, 4, 5, 6, 7], 10), ([0.999, 0.001], 3)])
+def test_every_batch_holds_floor_or_ceiling_and_the_running_mix_stays_within_one_row(weights: list[float],
+                                                                                     batch: int) -> None:
+    quotas = batch_quotas(weights, batch, 200)
+    share = [Fraction(w) / sum(map(Fraction, weights)) for w in weights]
+    assert (quotas.sum(axis=1) == batch).all()
+    for i, p in enumerate(share):
+        assert set(quotas[:, i]) <= {math.floor(batch * p), math.floor(batch * p) + 1}
+        running = np.cumsum(quotas[:, i])
+        assert all(abs(Fraction(int(c)) - (b + 1) * batch * p) < 1 for b, c in enumerate(running))
+
+
+def test_the_order_is_reproducible_and_each_batch_holds_its_quota() -> None:
+    sizes, weights, batch = [10, 3, 50], [0.6, 0.3, 0.1], 5
+    order = mixed_order(sizes, weights, batch, seed=7)
+    assert order == mixed_order(sizes, weights, batch, seed=7)
+    assert order != mixed_order(sizes, weights, batch, seed=8)
+    n_batches = batches_for(10, weights, batch)
+    assert n_batches == 4 and len(order) == n_batches * batch  # ceil(10 / (5 x 0.6))
+    quotas = batch_quotas(weights, batch, n_batches)
+    for b in range(n_batches):
+        got = np.bincount([s for s, _ in order[b * batch:(b + 1) * batch]], minlength=3)
+        assert got.tolist() == quotas[b].tolist()
+    rows = {s: [r for t, r in order if t == s] for s in range(3)}
+    assert sorted(rows[0][:10]) == list(range(10))  # the first source used once, in a seeded permutation
+    assert sorted(rows[1][:3]) == sorted(rows[1][3:6]) == [0, 1, 2]  # a short source restarts in a new pass
+    assert len(set(rows[2])) == len(rows[2])  # a long one is not repeated
+
+
+def test_every_process_count_trains_step_s_on_batch_s() -> None:
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    order = mixed_order([12, 12], [0.75, 0.25], 8, seed=0)
+    for processes, per_device in ((1, 8), (2, 2), (4, 1)):
+        accumulation = 8 // (processes * per_device)
+        shards = [list(BatchSamplerShard(BatchSampler(SequentialSampler(order), per_device, False), processes, p))
+                  for p in range(processes)]
+        for step in range(len(order) // 8):
+            micro = range(step * accumulation, (step + 1) * accumulation)
+            seen = sorted(i for shard in shards for m in micro for i in shard[m])
+            assert seen == list(range(step * 8, (step + 1) * 8))
+
+
+def _sources(*entries: tuple[str, float]) -> list[dict[str, object]]:
+    return [{"traces_dir": d, "weight": w} for d, w in entries]
+
+
+@pytest.mark.parametrize("sources,message", [
+    (_sources(("a", 0.8), ("b", 0.0)), r"data.sources.1.weight: .*must be a finite number above 0"),
+    (_sources(("a", 0.8), ("b", float("inf"))), r"data.sources.1.weight: .*finite"),
+    (_sources(("a", 1.0)), r"data.sources lists one source"),
+    (_sources(("a", 0.8), ("a", 0.2)), r"data.sources\[1\].traces_dir 'a' is listed twice"),
+    (_sources(("b", 0.8), ("c", 0.2)), r"data.sources: no entry is data.traces_dir \('a'\)"),
+])
+def test_a_mixed_recipe_is_refused_naming_the_key(sources: list[dict[str, object]], message: str) -> None:
+    with pytest.raises(RecipeError, match=message):
+        recipe_from_dict({"name": "x", "data": {"traces_dir": "a", "sources": sources}})
+
+
+def _folder(root: Path, name: str, n: int, system: str | None, split: str = "warmup") -> Path:
+    """A trace folder ``root/name/traces`` whose images lie under ``root/name`` (that source's data root)."""
+    traces = write_traces(root / name, split, n, np.random.default_rng(0), answer=lambda i: i)
+    rows = [trace_row(f"img/{split}_{i}.png", i, f"{name}-{i}", system) for i in range(n)]
+    (traces / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return traces
+
+
+def _mixed_recipe(own: Path, other: Path) -> Any:
+    sources = [{"traces_dir": str(d), "weight": w, "data_root": str(d.parent)} for d, w in ((own, 3), (other, 1))]
+    return tiny_recipe([f"data.traces_dir={own}", f"data.data_root={own.parent}", f"data.sources={json.dumps(sources)}",
+                        "sft.optimizer.global_batch_size=4"])
+
+
+def test_the_trl_path_reads_the_mix_in_order_and_refuses_other_kinds(tmp_path: Path) -> None:
+    from datasets import Image, Sequence
+
+    from spatialiq_train.core.traces import TraceError
+    from spatialiq_train.train.data import load_training_split
+    from spatialiq_train.train.sft import build_sft_trainer
+
+    own, other = _folder(tmp_path, "own", 6, "sys"), _folder(tmp_path, "other", 2, "sys")
+    recipe = _mixed_recipe(own, other)
+    dataset = load_training_split(resolve(recipe, "sft", Hardware(gpu=False)))
+    paths = [ims[0]["path"] for ims in dataset.cast_column("images", Sequence(Image(decode=False)))["images"]]
+    origin = [Path(p).parent.parent.name for p in paths]  # each source's images resolve under its own data_root
+    assert len(origin) == 8 and [origin[b * 4:(b + 1) * 4].count("own") for b in range(2)] == [3, 3]
+    assert sorted(p for p, o in zip(paths, origin, strict=True) if o == "own") == sorted(
+        str(own.parent / f"img/warmup_{i}.png") for i in range(6))  # the run's own rows once each
+    trainer, _ = build_sft_trainer(recipe, tiny_model_dir(), dataset, tmp_path / "sft")
+    assert list(trainer._get_train_sampler()) == list(range(8))  # steps read the batches in the mix's order
+
+    plain = _folder(tmp_path, "plain", 2, None)
+    with pytest.raises(TraceError, match=r"data.sources\[1\].traces_dir: .*holds plain traces but data.sources\[0\] "
+                                         r"holds cot"):
+        load_training_split(resolve(_mixed_recipe(own, plain), "sft", Hardware(gpu=False)))
+    with pytest.raises(TraceError, match=r"data.sources\[1\].traces_dir: .*gone/traces is not a folder"):
+        load_training_split(resolve(_mixed_recipe(own, tmp_path / "gone" / "traces"), "sft", Hardware(gpu=False)))
+
+
+def test_grpo_reads_the_mix_one_step_of_prompts_at_a_time(tmp_path: Path) -> None:
+    from spatialiq_train.train.data import load_training_split
+    from spatialiq_train.train.rl import build_rl_trainer
+
+    own, other = _folder(tmp_path, "own", 6, "sys", "rl"), _folder(tmp_path, "other", 2, "sys", "rl")
+    recipe = _mixed_recipe(own, other)
+    # rl.prompts_per_step = 4 prompts a step: 3 own, 1 other
+    dataset = load_training_split(resolve(recipe, "rl", Hardware(gpu=False)))
+    origin = [sid.split("-")[0] for sid in dataset["structure_id"]]
+    assert [origin[b * 4:(b + 1) * 4].count("other") for b in range(2)] == [1, 1]
+    trainer, _ = build_rl_trainer(recipe, tiny_model_dir(), dataset, tmp_path / "rl")
+    assert trainer.args.shuffle_dataset is False
+    drawn = list(trainer._get_train_sampler())  # TRL's repeat sampler: each prompt num_generations times
+    assert list(dict.fromkeys(drawn)) == list(range(8)) and drawn[:8] == [0] * 8
+
+
+def test_nemo_rl_refuses_a_mixed_recipe_naming_the_key() -> None:
+    from spatialiq_train.nemo.recipe_values import nemo_plan, refuse
+
+    recipe = recipe_from_dict({"name": "x", "data": {"traces_dir": "a", "sources": _sources(("a", 1), ("b", 1))}})
+    with pytest.raises(ValueError, match=r"data.sources = .*mixes trace folders by weight .* train this recipe with "
+                                         r"`spatialiq train`"):
+        refuse(nemo_plan(recipe, "rl", 1, False))
