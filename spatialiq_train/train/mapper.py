@@ -28,7 +28,6 @@ VLLM_ARGS = {"mode": "vllm_mode", "gpu_memory_utilization": "vllm_gpu_memory_uti
 IMPORTANCE_ARGS = ("importance_sampling_correction", "importance_sampling_mode", "importance_sampling_clip_max",
                    "importance_sampling_clip_min")
 TRL_REFUSED: dict[str, tuple[Any, str]] = {
-    "algorithm.batch_multiplier": (1, "TRL draws one ordinary batch of prompts per generation round; set it to 1"),
     "algorithm.kl_estimator": ("k3", "TRL's per-token KL is Schulman's k3 estimator; set k3"),
     "execution.padding_free": (False, "TRL 1.16 refuses padding_free for vision datasets"),
 }
@@ -154,5 +153,6 @@ def trainer_settings(plan: PhasePlan) -> dict[str, Any]:
     if plan.phase == "rl":
         a = plan.rl
         out.update(rewards=reward_terms(plan), overlong=(a.max_response_length, a.buffer_length),
-                   dynamic_sampling=(a.dynamic_sampling, a.max_refill_rounds), advantage=(a.baseline, a.std))
+                   dynamic_sampling=(a.dynamic_sampling, a.max_refill_rounds, a.batch_multiplier),
+                   advantage=(a.baseline, a.std))
     return out

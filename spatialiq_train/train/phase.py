@@ -37,6 +37,9 @@ class PhaseSpec:
     """(plan, model_path, args, train_dataset, eval_dataset, processor, callbacks) -> TRL trainer."""
     reward_weights: list[float] | None = None
     """RL with the caller's own reward functions: their weights (None: the plan's reward terms)."""
+    total_weights: dict[str, float] | None = None
+    """RL with the caller's own reward functions: name -> weight of those the total reward sums (None: the plan's
+    ``reward.weights``)."""
 
 
 def phase_config(spec: PhaseSpec, plan: PhasePlan, output_dir: str | Path) -> Any:
@@ -71,14 +74,15 @@ def install_warm_start(trainer: Any, start_factor: float) -> None:
     trainer.create_scheduler = create_scheduler
 
 
-def _phase_callbacks(plan: PhasePlan, settings: dict[str, Any], out: Path) -> list[Any]:
+def _phase_callbacks(spec: PhaseSpec, plan: PhasePlan, settings: dict[str, Any], out: Path) -> list[Any]:
     from spatialiq_train.train.divergence import make_divergence_callback
     from spatialiq_train.train.logging import make_metrics_callback
     from spatialiq_train.train.perf import make_perf_callback
 
+    weights = spec.total_weights or (dict(plan.rl.weights) if plan.phase == "rl" else None)
     callbacks = [make_perf_callback(), make_metrics_callback(out / "metrics.jsonl", plan.phase,
                                                              common.reporting(settings),
-                                                             settings["wandb"]["project"]),
+                                                             settings["wandb"]["project"], weights),
                  make_divergence_callback(plan.phase)]
     if settings["early_stopping"] is not None:
         from transformers import EarlyStoppingCallback
@@ -108,7 +112,7 @@ def build_phase_trainer(
     processor = common.load_processor_for(settings, model_path)
     log.info("%s", plan.describe())
     args = phase_config(spec, plan, out)
-    all_callbacks = [*_phase_callbacks(plan, settings, out), *(callbacks or [])]
+    all_callbacks = [*_phase_callbacks(spec, plan, settings, out), *(callbacks or [])]
     trainer = spec.make_trainer(plan, model_path, args, train_dataset, eval_dataset, processor, all_callbacks)
     trainer.spatialiq_plan = plan  # read by run_phase (the plan record) and the perf callback
     from spatialiq_train.train.perf import attach_perf

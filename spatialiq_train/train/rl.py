@@ -84,7 +84,7 @@ def _make_trainer(rewards: RewardSetup | None, frozen: bool = False) -> Any:
 
         settings = mapper.trainer_settings(plan)
         setup = rewards or reward_setup(plan)
-        enabled, rounds = settings["dynamic_sampling"]
+        enabled, rounds, multiplier = settings["dynamic_sampling"]
         # colocated vLLM re-processes raw images with the checkpoint's own budget: hand both sides images already
         # at the recipe's target size, so the trainer and vLLM count the same image tokens
         fitted = with_pixel_budget(train_dataset, *settings["pixels"])
@@ -92,7 +92,7 @@ def _make_trainer(rewards: RewardSetup | None, frozen: bool = False) -> Any:
             model=model_path,  # a path, so TRL can build the reference model from it when beta > 0
             reward_funcs=setup.funcs, args=args, train_dataset=fitted, eval_dataset=eval_dataset,
             processing_class=processor, peft_config=common.lora_config(settings), callbacks=callbacks,
-            dynamic_sampling=enabled, max_refill_rounds=rounds,
+            dynamic_sampling=enabled, max_refill_rounds=rounds, batch_multiplier=multiplier,
             filter_reward_mask=setup.filter_mask, frozen=frozen, advantage=settings["advantage"])
 
     return make
@@ -102,8 +102,13 @@ def rl_phase(recipe: Recipe | None = None, rewards: RewardSetup | None = None,
              frozen: bool = False) -> phase.PhaseSpec:
     """The RL phase; `rewards` the caller's own reward functions (default: the plan's), `frozen` makes it the
     control of a learning curve (rollouts and rewards, no update)."""
+    total = None
+    if rewards is not None:  # the terms that drive the filter are the recipe's own: the total sums them
+        terms = zip(rewards.funcs, rewards.weights, rewards.filter_mask, strict=True)
+        total = {getattr(f, "__name__", f"reward{i}"): w for i, (f, w, keep) in enumerate(terms) if keep}
     return phase.PhaseSpec(name="rl", config_class=_config_class, make_trainer=_make_trainer(rewards, frozen),
-                           reward_weights=list(rewards.weights) if rewards is not None else None)
+                           reward_weights=list(rewards.weights) if rewards is not None else None,
+                           total_weights=total or None)
 
 
 def grpo_config(recipe: Recipe, output_dir: str | Path, reward_weights: list[float] | None = None,
