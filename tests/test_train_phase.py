@@ -85,6 +85,28 @@ def test_warm_start_schedule_starts_at_the_factor(tmp_path: Path) -> None:
     assert lrs == pytest.approx([0.001, 0.00325, 0.0055, 0.00775, 0.01, 0.01])
 
 
+@pytest.mark.parametrize("micro", ["null", "2"])
+def test_an_epochs_tail_is_left_out_whatever_the_accumulation(tmp_path: Path, micro: str) -> None:
+    """6 rows at a global batch of 4: one step of 4 rows per epoch, by whole share (micro 4) or in 2 micro-batches
+    of 2 (the transformers loop would otherwise train a second step on the 2-row tail); the same on any number of
+    processes, whose shares of a whole global batch are whole micro-batches."""
+    from spatialiq_train.train.data import load_split
+    from spatialiq_train.train.sft import build_sft_trainer
+
+    traces = write_traces(tmp_path, "warmup", 6, np.random.default_rng(0), answer=lambda i: i)
+    recipe = tiny_recipe(["sft.optimizer.max_steps=-1", "sft.optimizer.num_train_epochs=2",
+                          f"sft.optimizer.micro_batch_size={micro}", "logging.save_steps=100"])
+    trainer, _ = build_sft_trainer(recipe, tiny_model_dir(), load_split(traces, "warmup", tmp_path, "sft"),
+                                   tmp_path / "sft")
+    loader = trainer.get_train_dataloader()
+    assert sum(len(b["input_ids"]) for b in loader) == 4  # one whole global batch of the 6 rows
+    trainer.train()
+    assert trainer.state.global_step == 2  # 2 epochs x 1 step; the core's step budget says the same
+    from spatialiq_train.core.resolve import Hardware, resolve, step_budget
+
+    assert step_budget(resolve(recipe, "sft", Hardware(gpu=False)), 6) == 2
+
+
 def test_every_vllm_key_maps_onto_a_grpo_config_field() -> None:
     from trl import GRPOConfig
 

@@ -59,6 +59,40 @@ def warmup_factor(step: int, warmup_steps: int, start_factor: float) -> float:
     return start_factor + (1.0 - start_factor) * step / warmup_steps
 
 
+class WholeBatches:
+    """A sampler's indices cut to whole global batches each epoch: the epoch's tail that fills none is left out (the
+    next epoch reshuffles), so every optimizer step trains the recipe's global batch on any number of processes and
+    with any accumulation, as v0.7.0's ``drop_last`` loaders do."""
+
+    def __init__(self, sampler: Any, global_batch: int) -> None:
+        self.sampler, self.global_batch = sampler, global_batch
+
+    def __len__(self) -> int:
+        return len(self.sampler) // self.global_batch * self.global_batch
+
+    def __iter__(self) -> Any:
+        keep = len(self)
+        for i, index in enumerate(self.sampler):
+            if i >= keep:
+                return
+            yield index
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+
+def whole_global_batches(trainer: Any, global_batch: int) -> None:
+    """Make the trainer's training sampler yield whole global batches only (:class:`WholeBatches`)."""
+    original = trainer._get_train_sampler
+
+    def sampler(*args: Any, **kwargs: Any) -> Any:
+        inner = original(*args, **kwargs)
+        return None if inner is None else WholeBatches(inner, global_batch)
+
+    trainer._get_train_sampler = sampler
+
+
 def install_warm_start(trainer: Any, start_factor: float) -> None:
     """Make `trainer` build a LambdaLR of `warmup_factor` instead of transformers' warm-up from 0."""
     from torch.optim.lr_scheduler import LambdaLR
@@ -126,6 +160,8 @@ def build_phase_trainer(
     trainer.create_model_card = lambda *args, **kwargs: None
     if settings["freeze_vision"]:
         common.freeze_vision_tower(trainer.model)
+    if plan.phase == "sft":  # GRPO's repeat sampler already yields whole generation batches only
+        whole_global_batches(trainer, plan.batch.global_batch)
     if settings["warmup_start_factor"] > 0:
         install_warm_start(trainer, settings["warmup_start_factor"])
     return trainer, processor

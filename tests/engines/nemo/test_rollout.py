@@ -241,3 +241,22 @@ def test_reward_shaping_fires_on_the_dapo_paper_recipe(tmp_path_factory: pytest.
     want = [1.0, 1.0, 1.0 - 0.5 * over.penalty, 1.0 - over.penalty]
     assert shaped["total_reward"].tolist() == pytest.approx(want, abs=1e-6)
     assert shaped["unshaped_total_reward"].tolist() == [1.0] * 4
+
+
+def test_the_runs_seed_reaches_the_sampling() -> None:
+    """The NeMo-RL learning runs of seeds 0-4 shared their first steps' rewards: the CPU generation worker re-seeded
+    torch's generator (12345, for vLLM's dummy weights) after v0.7.0's set-up had seeded it with grpo.seed. It now
+    draws those weights from a generator of its own: the state the run's seed set is the one sampling starts from,
+    and two seeds sample differently."""
+    import torch
+    from _cpu_workers import CpuGeneration
+    from _nemo_support import tiny_model
+
+    states = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        expected = torch.get_rng_state()
+        CpuGeneration(None, {"model_name": str(tiny_model())})
+        assert torch.equal(torch.get_rng_state(), expected), seed  # the worker's start leaves the run's generator
+        states.append(torch.rand(4))
+    assert not torch.equal(states[0], states[1])
