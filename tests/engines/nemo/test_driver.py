@@ -147,7 +147,8 @@ _DROP = object()
     (_section(trace_dir="x"), [], r"spatialiq\.trace_dir: Extra inputs are not permitted"),
     (_section(phase="sft"), [], "this config is for `spatialiq nemo sft`"),
     (None, ["grpo.no_such_key=1"], "overrides grpo.no_such_key=1 rejected"),
-    (_section(recipe="no_such_recipe"), [], "recipe file no_such_recipe does not exist"),
+    (_section(plan=_DROP), [], r"spatialiq\.plan is absent .* regenerate it with `spatialiq recipes nemo-rl`"),
+    (_section(plan={"phase": "rl"}), [], r"spatialiq\.plan is not a plan record"),
     (None, ["checkpointing.checkpoint_dir=null"], "checkpoint_dir is not set"),
 ])
 def test_config_errors_name_the_key(tmp_path: Path, edit: Any, overrides: list[str], message: str) -> None:
@@ -171,7 +172,7 @@ def test_validation_asked_for_without_a_split_is_refused(tmp_path: Path, placeme
      r"env is .* the recipe gives \{'spatialiq': \{'reward': \{'format': 0\.1, 'integer_distance': 0\.9\}\}"),
     (None, ["data.train.data_path=/elsewhere/rl.jsonl"], r"data\.train is \{.*'/elsewhere/rl\.jsonl'"),
     (None, ["data.default.max_pixels=802816"], r"data\.default is .* the recipe gives .*'max_pixels': 12544"),
-    (lambda c: c["spatialiq"].update(recipe_overrides=[*c["spatialiq"]["recipe_overrides"], "data.rl_split=warmup"]),
+    (lambda c: c["spatialiq"]["plan"]["data"].update(train_split="warmup"),  # the plan the driver trains with
      [], r"data\.train is .*'split': 'rl'.* the recipe gives .*'split': 'warmup'"),
     (None, ["policy.generation.vllm_cfg.skip_tokenizer_init=true"],
      r"policy\.generation\.vllm_cfg\.skip_tokenizer_init is True, the recipe gives False"),
