@@ -174,5 +174,7 @@ def rl_learned_nothing(output_dir: str | Path) -> str | None:
     plan = Path(output_dir) / PLAN_FILE
     if not plan.is_file():
         return None
-    budget = json.loads(plan.read_text(encoding="utf-8"))["generation"]["max_completion_length"]
+    budget = (json.loads(plan.read_text(encoding="utf-8")).get("generation") or {}).get("max_completion_length")
+    if not isinstance(budget, int):  # a plan.json of an earlier version: no generation record
+        return None
     return idle_rl_cause(read_metrics(Path(output_dir) / "metrics.jsonl"), budget)
