@@ -110,3 +110,52 @@ def test_prompts_per_step_larger_than_the_rl_split_refuses_the_two_phase_run(sma
                         "rl.dynamic_sampling.batch_multiplier=2"])  # the draw is 2 x 2 prompts: 4 > 3 rows
     with pytest.raises(BatchError, match=r"x rl.dynamic_sampling.batch_multiplier 2"):
         run_dapo_tight(draw, small_split / "run")
+
+
+def _torch_schedule(parts: list[dict] | None, steps: int) -> list[float]:
+    """The factors v0.7.0's DTensor set-up gets from a generated ``policy.scheduler`` (SequentialLR of the parts)."""
+    import torch
+
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    if parts is None:
+        return [1.0] * steps
+    *schedulers, last = parts
+    built = [getattr(torch.optim.lr_scheduler, p["name"].rsplit(".", 1)[1])(opt, **p["kwargs"]) for p in schedulers]
+    sched = built[0] if len(built) == 1 and "milestones" not in last else torch.optim.lr_scheduler.SequentialLR(
+        opt, built, milestones=last["milestones"])
+    out = []
+    for _ in range(steps):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return out
+
+
+@pytest.mark.parametrize(("kind", "warmup", "start", "total"), [
+    ("constant_with_warmup", 1, 0.0, 6),   # tiny_cpu's RL: one warm-up step from factor 0
+    ("constant_with_warmup", 4, 0.0, 8),
+    ("constant_with_warmup", 4, 0.1, 8),   # the DAPO-tight recipes' warm start at 0.1
+    ("constant", 0, 0.0, 5),
+])
+def test_the_learning_rate_factor_is_the_same_at_every_step(kind: str, warmup: int, start: float, total: int) -> None:
+    """TRL's factor per step (transformers' schedule, or the phase runner's warm start) against the generated NeMo-RL
+    scheduler run through torch, step by step."""
+    import transformers
+
+    from spatialiq_train.nemo.config import lr_schedule
+    from spatialiq_train.train.phase import warmup_factor
+
+    if start > 0:
+        trl = [warmup_factor(s, warmup, start) for s in range(total)]
+    else:
+        import torch
+
+        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+        sched = transformers.get_scheduler(kind, opt, num_warmup_steps=warmup, num_training_steps=total)
+        trl = []
+        for _ in range(total):
+            trl.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+    nemo = _torch_schedule(lr_schedule(kind, warmup, total, start)[0], total)
+    assert nemo == pytest.approx(trl, abs=1e-8), (trl, nemo)

@@ -188,8 +188,10 @@ def test_the_loss_receives_each_views_leave_one_out_advantages(runs: dict[str, A
     kept = [c["kept_reward"] for c in runs["spy"].calls if c["complete"]]
     assert len(kept) == 3
     for step, rewards in enumerate(kept, start=1):
-        got = [a for s, a, m in runs["losses"] if s == step and m > 0]
+        rows = [(a, m) for s, a, m in runs["losses"] if s == step]
+        got = [a for a, _ in rows]  # a sample whose sampled vision token the guard replaced keeps its advantage
         assert len(got) == len(rewards) == runs["rl_written"]["policy"]["train_global_batch_size"]
+        assert sum(m == 0 for _, m in rows) <= len(rows) * _learning.TINY_MODEL_VISION_SHARE  # masked: few
         want = [a for v in range(0, len(rewards), G) for a in _leave_one_out(rewards[v : v + G])]
         assert got == pytest.approx(want, abs=1e-5), step
         one_group = _leave_one_out(rewards) if len(set(rewards)) > 1 else want
