@@ -150,3 +150,21 @@ def test_every_shipped_recipe_maps_or_is_refused_by_name(path: Any) -> None:
             _nemo(nemo_plan(recipe, phase, 1, False))
         except ValueError as exc:
             assert path.stem == "tiny_cpu" and "model.tiny" in str(exc), exc
+
+
+NOT_PLAN = {"description": "a note", "run.device": "the hardware a TRL run asks for: decides execution.device",
+            "rl.optimizer.global_batch_size": "refused at validation: the RL batch is prompts_per_step x generations"}
+"""Recipe keys no phase's plan holds, and why; the ``eval`` section is the evaluation's sampling (`eval sample`)."""
+
+
+def test_every_recipe_key_is_a_plan_field_of_a_phase() -> None:
+    """Every recipe value a phase trains with lands in a plan field (so the field x engine test above covers it)."""
+    from spatialiq_train.core.recipes import flatten
+
+    recipe = load_recipe("tiny_cpu", ["data.eval_split=val"])
+    keys = set(flatten(recipe.model_dump()))
+    covered = {recipe_key(phase, f) for phase in ("sft", "rl")
+               for f in resolve(recipe, phase, Hardware(gpu=False)).fields()}  # type: ignore[arg-type]
+    missing = sorted(k for k in keys - covered if not k.startswith("eval.") and k not in NOT_PLAN
+                     and not k.startswith("reward.weights.") and not k.startswith("data.sources"))
+    assert missing == [], missing
