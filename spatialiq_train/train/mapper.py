@@ -1,6 +1,7 @@
 """The TRL engine as one mapper from a phase's plan (`core.plan.PhasePlan`): the `SFTConfig` / `GRPOConfig` keywords
 (:func:`config_kwargs`) and the trainer's own settings (:func:`trainer_settings`: model, data, rewards, dynamic
-sampling, advantages, warm start, early stopping, reporting). Pure: no TRL import, no I/O.
+sampling, advantages, warm start, early stopping, reporting). Pure: no TRL import, no I/O (the reward terms come from
+`reward.trl`, which expands a combination name into its terms).
 
 Every plan field is used by one of the two, or refused by :func:`refuse` when TRL cannot honour its value (by name,
 with what to set instead); `TRL_REFUSED` lists those fields. The rest of `spatialiq_train.train` reads the plan
@@ -56,11 +57,14 @@ def refuse(plan: PhasePlan, refused: dict[str, tuple[Any, str]], engine: str) ->
 def reward_terms(plan: PhasePlan) -> list[tuple[str, float, bool]]:
     """(reward name, weight, drives the dynamic-sampling filter) of an RL phase: the recipe's weighted rewards, the
     overlong shaping term, then a weight-0 ``exact_match`` whose logged mean is the accuracy."""
+    from reward.trl import make_trl_reward_funcs
+
     a = plan.rl
-    terms = [(name, w, True) for name, w in a.weights.items()]
+    funcs, weights = make_trl_reward_funcs(dict(a.weights))  # a combination name expands to its terms
+    terms = [(f.__name__, float(w), True) for f, w in zip(funcs, weights, strict=True)]
     if a.overlong:
         terms.append(("soft_overlong_punishment", a.penalty, False))
-    if "exact_match" not in a.weights:
+    if "exact_match" not in {name for name, _, _ in terms}:
         terms.append(("exact_match", 0.0, False))
     return terms
 

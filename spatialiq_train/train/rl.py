@@ -47,8 +47,7 @@ def reward_setup(subject: Recipe | PhasePlan,
     if base is None:
         from reward.trl import make_trl_reward_funcs
 
-        own = dict(plan.rl.weights)
-        funcs, weights = make_trl_reward_funcs(own)
+        funcs, weights = make_trl_reward_funcs(dict(plan.rl.weights))
         pairs = list(zip(funcs, weights, strict=True))
     else:
         pairs = list(base)
