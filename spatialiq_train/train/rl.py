@@ -102,7 +102,7 @@ def rl_phase(recipe: Recipe | None = None, rewards: RewardSetup | None = None,
     """The RL phase; `rewards` the caller's own reward functions (default: the plan's), `frozen` makes it the
     control of a learning curve (rollouts and rewards, no update)."""
     total = None
-    if rewards is not None:  # the terms that drive the filter are the recipe's own: the total sums them
+    if rewards is not None and rewards.funcs:  # the terms that drive the filter are the recipe's own: summed
         terms = zip(rewards.funcs, rewards.weights, rewards.filter_mask, strict=True)
         total = {getattr(f, "__name__", f"reward{i}"): w for i, (f, w, keep) in enumerate(terms) if keep}
     return phase.PhaseSpec(name="rl", config_class=_config_class, make_trainer=_make_trainer(rewards, frozen),
