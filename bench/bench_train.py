@@ -226,9 +226,9 @@ def _run_phase_once(phase: str, recipe: Any, p: Any, info: dict[str, Any], root:
         torch.cuda.reset_peak_memory_stats()
     trainer = None
     try:
-        spec = sft_phase(recipe) if phase == "sft" else rl_phase(recipe)
-        train, evals = phase_mod.phase_datasets(recipe, phase, None, None)
-        trainer, processor = phase_mod.build_phase_trainer(spec, recipe, str(root / "base"), train, out, evals,
+        spec = sft_phase() if phase == "sft" else rl_phase()
+        train, evals = phase_mod.phase_datasets(p, None, None)
+        trainer, processor = phase_mod.build_phase_trainer(spec, None, str(root / "base"), train, out, evals,
                                                            [timer, no_save], plan=p)
         if phase == "rl" and rollouts == "synthetic":
             synthetic_rollouts(trainer, recipe.generation.max_completion_length, len(processor.tokenizer))

@@ -93,7 +93,7 @@ def save(out: Path, name: str, rank: int, rows: list, trainer: Any, grads: dict[
         save_file({k: v.contiguous() for k, v in grads.items()}, str(out / f"{name}_grads.safetensors"))
     plan = trainer.spatialiq_plan.batch
     report = {"rank": rank, "world": plan.world_size, "micro_batch": plan.micro_batch,
-              "accumulation": plan.accumulation, "rows": rows}
+              "accumulation": plan.accumulation, "rows": rows, "steps": trainer.state.global_step}
     tmp = out / f".{name}_rank{rank}.json.partial"
     tmp.write_text(json.dumps(report), encoding="utf-8")
     tmp.rename(out / f"{name}_rank{rank}.json")
@@ -115,11 +115,11 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
-    recipe = tiny_recipe(["sft.optimizer.max_steps=1", f"sft.optimizer.global_batch_size={SFT_BATCH}",
-                          f"sft.optimizer.micro_batch_size={a.micro}", "rl.optimizer.max_steps=1",
-                          f"rl.prompts_per_step={PROMPTS}", f"rl.num_generations={G}",
-                          f"rl.optimizer.micro_batch_size={a.micro}", "rl.optimizer.warmup_steps=0",
-                          "generation.max_completion_length=12", "logging.save_steps=100", "run.device=cpu"])
+    sets = [f"sft.optimizer.global_batch_size={SFT_BATCH}", f"sft.optimizer.micro_batch_size={a.micro}",
+            "rl.optimizer.max_steps=1", f"rl.prompts_per_step={PROMPTS}", f"rl.num_generations={G}",
+            f"rl.optimizer.micro_batch_size={a.micro}", "rl.optimizer.warmup_steps=0",
+            "generation.max_completion_length=12", "logging.save_steps=100", "run.device=cpu"]
+    recipe = tiny_recipe(["sft.optimizer.max_steps=1", *sets])
     traces = a.data / "traces"
 
     rows: list[list[str]] = []
@@ -129,6 +129,15 @@ def main() -> None:
     record_rows(sft, rows)
     sft.train()
     save(a.out, "sft", rank, rows, sft, grads)
+
+    # the epoch's tail: 6 rows at a global batch of 4 train one step of 4 rows in every configuration
+    rows, grads = [], {}
+    tail = tiny_recipe([*sets, "sft.optimizer.max_steps=-1", "sft.optimizer.num_train_epochs=1"])
+    sft, _ = build_sft_trainer(tail, a.model, load_split(traces, "warmup", a.data, "sft", limit=6),
+                               a.out / f"tail{rank}", callbacks=[grad_catcher(grads)])
+    record_rows(sft, rows)
+    sft.train()
+    save(a.out, "tail", rank, rows, sft, grads)
 
     rows, grads = [], {}
     rewards = RewardSetup([length_reward], [1.0], [True])

@@ -96,27 +96,29 @@ def test_memory_plan_picks_the_largest_micro_batch_that_fits() -> None:
 
 def test_phase_plan_efficiency_settings_are_wired(monkeypatch: pytest.MonkeyPatch) -> None:
     from spatialiq_train.train import plan as plan_mod
+    from spatialiq_train.train.mapper import config_kwargs
 
     recipe = load_recipe("dapo_tight_7b")
     cpu = plan_mod.phase_plan(recipe, "rl", gpu=False, world=1)
-    assert (cpu.gradient_checkpointing, cpu.liger_kernel, cpu.batch.micro_source) == (False, False, "whole share")
-    assert "use_liger_kernel" not in cpu.trl_args() and not cpu.padding_free
-    assert "vision datasets" in cpu.record()["padding_free"]["reason"]
+    x = cpu.execution
+    assert (x.gradient_checkpointing, x.liger_kernel, cpu.batch.micro_source) == (False, False, "whole share")
+    assert "use_liger_kernel" not in config_kwargs(cpu, "out") and not x.padding_free
     monkeypatch.setattr(plan_mod, "liger_importable", lambda: True)
     gpu = plan_mod.phase_plan(recipe, "rl", gpu=True, world=1, shape=QWEN25_VL_7B_TEXT, device_bytes=H200)
-    args = gpu.trl_args()
+    args = config_kwargs(gpu, "out")
     assert args["use_liger_kernel"] is True and args["liger_kernel_config"]["fused_linear_cross_entropy"] is False
     assert args["liger_kernel_config"]["rms_norm"] and args["liger_kernel_config"]["swiglu"]
-    assert gpu.batch.micro_source == "memory plan" and gpu.gradient_checkpointing_source == "memory plan"
+    assert gpu.batch.micro_source == "memory plan" and gpu.provenance["execution.gradient_checkpointing"] == "hardware"
     assert args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] == 64
     assert args["steps_per_generation"] == args["gradient_accumulation_steps"]
-    assert gpu.record()["memory_plan"]["micro_batch"] == gpu.batch.micro_batch
+    assert gpu.record()["memory"]["micro_batch"] == gpu.batch.micro_batch
     forced = load_recipe("dapo_tight_7b", ["rl.optimizer.micro_batch_size=2", "model.liger_kernel=false",
                                            "rl.optimizer.gradient_checkpointing=true"])
     p = plan_mod.phase_plan(forced, "rl", gpu=True, world=8, shape=QWEN25_VL_7B_TEXT, device_bytes=H200)
-    assert (p.batch.micro_batch, p.batch.accumulation, p.gradient_checkpointing, p.liger_kernel) == (2, 4, True, False)
+    assert (p.batch.micro_batch, p.batch.accumulation, p.execution.gradient_checkpointing,
+            p.execution.liger_kernel) == (2, 4, True, False)
     monkeypatch.setattr(plan_mod, "liger_importable", lambda: False)
-    with pytest.raises(RuntimeError, match="model.liger_kernel is true but liger_kernel is not installed"):
+    with pytest.raises(ValueError, match="model.liger_kernel is true but liger_kernel is not installed"):
         plan_mod.phase_plan(load_recipe("dapo_tight_7b", ["model.liger_kernel=true"]), "sft", gpu=True, world=1)
     # colocated vLLM keeps its share while RL trains, unless sleep mode frees it
     monkeypatch.setattr(plan_mod.importlib.util, "find_spec", lambda name: object() if name == "vllm" else None)
@@ -125,7 +127,7 @@ def test_phase_plan_efficiency_settings_are_wired(monkeypatch: pytest.MonkeyPatc
     monkeypatch.undo()
     monkeypatch.setattr(plan_mod, "liger_importable", lambda: False)
     no_shape = plan_mod.phase_plan(recipe, "sft", gpu=True, world=1)
-    assert (no_shape.batch.micro_batch, no_shape.gradient_checkpointing) == (1, True)
+    assert (no_shape.batch.micro_batch, no_shape.execution.gradient_checkpointing) == (1, True)
 
 
 def test_flop_factors_and_token_counts() -> None:

@@ -1,7 +1,8 @@
 """The hardware does not change the algorithm: the same recipe run with 1 process and with 2 (DDP over gloo, as
 tests/test_multiprocess.py launches them), and with two micro-batch sizes, trains the same rows in the same order and
 makes the same first optimizer step, for SFT as it runs and for RL from the same fixed completions
-(tests/_batch_invariance_worker.py).
+(tests/_batch_invariance_worker.py); an SFT epoch whose tail fills no global batch trains the same whole batches
+everywhere.
 
 The recipe's global batch is 4 sequences (SFT) and 4 prompts x 4 completions (RL). Configurations:
 1 process x whole share (micro 4 / 16, no accumulation), 1 process x micro-batch 2 (accumulation 2 / 8), and 2
@@ -99,6 +100,17 @@ def test_same_rows_in_the_same_order(runs: dict[str, Path], phase: str) -> None:
     assert len(reference) == {"sft": 4, "rl": 4}[phase] and len(set(reference)) == len(reference)
     for name, got in rows.items():
         assert got == reference, (name, got, reference)
+
+
+@pytest.mark.slow
+def test_the_epochs_tail_is_left_out_on_any_process_count(runs: dict[str, Path]) -> None:
+    """6 rows at a global batch of 4, one epoch: one step of the same 4 rows in every configuration (whole share,
+    accumulation, two processes); the 2-row tail trains no step of 2 rows on one process and 1 on each of two."""
+    seen = {name: _report(out, "tail") for name, out in runs.items()}
+    reference = seen["1p-whole"][0]
+    assert len(reference) == 4 and len(set(reference)) == 4
+    for name, (rows, report) in seen.items():
+        assert (rows, report["steps"]) == (reference, 1), (name, rows, report["steps"])
 
 
 @pytest.mark.slow

@@ -135,16 +135,18 @@ def test_rl_learned_nothing_reads_the_phase_metrics(tmp_path: Path) -> None:
 
     from _train_support import tiny_recipe
 
+    from spatialiq_train.core.resolve import Hardware, resolve
+    from spatialiq_train.train.plan import write_plan
     from spatialiq_train.train.rl import rl_learned_nothing
 
-    recipe = tiny_recipe(["generation.max_completion_length=24"])
+    write_plan(tmp_path, resolve(tiny_recipe(["generation.max_completion_length=24"]), "rl", Hardware(gpu=False)))
     idle = [_step(0.0, 0.94, 0.0) | {"step": s, "train/loss": 0.0} for s in (1, 2, 3, 4)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in idle), encoding="utf-8")
-    msg = rl_learned_nothing(recipe, tmp_path)
+    msg = rl_learned_nothing(tmp_path)
     assert msg is not None and "none of its 4 steps" in msg and "now 24" in msg
     moved = [*idle, _step(0.5, 0.1, 2.0) | {"step": 5}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in moved), encoding="utf-8")
-    assert rl_learned_nothing(recipe, tmp_path) is None
+    assert rl_learned_nothing(tmp_path) is None
 
 
 def test_the_demo_report_gets_one_learning_section(tmp_path: Path) -> None:

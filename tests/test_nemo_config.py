@@ -19,7 +19,7 @@ from spatialiq_train.nemo import keys as nkeys
 from spatialiq_train.nemo.env import TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.export import build
 from spatialiq_train.nemo.paper import PAPER_GRPO, deviations, get_path
-from spatialiq_train.nemo.recipe_values import values_from_recipe
+from spatialiq_train.nemo.recipe_values import nemo_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,13 +178,18 @@ PAPER_OVERRIDES = ["rl.num_generations=8", "rl.optimizer.weight_decay=0.01", "rl
                    "rl.epsilon=0.2", "rl.epsilon_high=0.28", "rl.loss_type=dapo", "rl.advantage.baseline=leave_one_out",
                    "rl.advantage.std=leave_one_out", "rl.prompts_per_step=8",
                    "rl.dynamic_sampling.enabled=true", "rl.dynamic_sampling.max_refill_rounds=10",
-                   "generation.max_completion_length=1024", "generation.temperature=1.0", "generation.top_p=1.0"]
+                   "generation.max_completion_length=1024", "generation.temperature=1.0", "generation.top_p=1.0",
+                   "rl.dynamic_sampling.batch_multiplier=2"]
+
+
+CLUSTER_SETS = {"tiny_cpu": ["model.tiny=false", "model.name_or_path=/models/tiny"]}
+"""What a NeMo-RL run of a shipped recipe must say besides it: the tiny model is built by TRL runs only."""
 
 
 @pytest.mark.parametrize("phase", ["rl", "sft"])
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_recipe_gives_a_checked_config(name, phase):
-    built = build(name, phase, 1, 4)
+    built = build(name, phase, 1, 4, overrides=CLUSTER_SETS.get(name, []))
     ks = nkeys.load_key_set(built.algorithm)
     assert nkeys.unknown_keys(built.config, ks) == [] and nkeys.missing_keys(built.config, ks) == []
     assert built.config["cluster"] == {"gpus_per_node": 4, "num_nodes": 1}
@@ -214,18 +219,20 @@ def test_paper_hyperparameters_with_the_papers_recipe_values(name):
 
 
 def _recipe_explained(name: str) -> dict:
-    """What the shipped recipe itself sets for the paper keys it controls."""
-    v = values_from_recipe(load_recipe(name))
-    sched, _ = ncfg.lr_schedule(v.rl.scheduler, v.rl.warmup, v.rl.max_steps or 500, v.rl.warmup_start)
-    return {"grpo.num_generations_per_prompt": v.num_generations,
-            "policy.train_global_batch_size": 8 * v.num_generations,
-            "policy.optimizer.kwargs.weight_decay": v.rl.weight_decay, "policy.optimizer.kwargs.lr": v.rl.lr,
-            "policy.scheduler": sched, "grpo.max_num_steps": v.rl.max_steps or 500, "grpo.val_period": v.rl.val_every,
-            "grpo.dynamic_sampling_max_gen_batches": v.max_gen_batches,
-            "loss_fn.reference_policy_kl_penalty": v.kl_beta,
-            "loss_fn.ratio_clip_min": v.clip_low, "loss_fn.ratio_clip_max": v.clip_high,
-            "policy.generation.max_new_tokens": v.max_new_tokens, "policy.generation.temperature": v.temperature,
-            "policy.generation.top_p": v.top_p}
+    """What the shipped recipe itself sets for the paper keys it controls (its plan on 8 x 4 GPUs)."""
+    p = nemo_plan(load_recipe(name), "rl", 32, False)
+    o, a, g = p.optimizer, p.rl, p.generation
+    budget = o.max_steps if o.max_steps > 0 else 1_000_000
+    sched, _ = ncfg.lr_schedule(o.lr_scheduler_type, o.warmup_steps, budget, o.warmup_start_factor)
+    return {"grpo.num_generations_per_prompt": a.num_generations,
+            "policy.train_global_batch_size": 8 * a.num_generations,
+            "policy.optimizer.kwargs.weight_decay": o.weight_decay, "policy.optimizer.kwargs.lr": o.learning_rate,
+            "policy.scheduler": sched, "grpo.max_num_steps": budget, "grpo.val_period": p.validation.every_steps,
+            "grpo.dynamic_sampling_max_gen_batches": a.max_refill_rounds, "grpo.batch_multiplier": a.batch_multiplier,
+            "loss_fn.reference_policy_kl_penalty": a.beta,
+            "loss_fn.ratio_clip_min": a.epsilon, "loss_fn.ratio_clip_max": a.epsilon_high,
+            "policy.generation.max_new_tokens": g.max_completion_length, "policy.generation.temperature": g.temperature,
+            "policy.generation.top_p": g.top_p}
 
 
 @pytest.mark.parametrize("name", DAPO)
@@ -259,8 +266,12 @@ def test_lr_schedules():
     sched, note = ncfg.lr_schedule("cosine", 0.1, 200, 0.1)
     assert note is None and sched[0]["kwargs"]["total_iters"] == 20 and sched[1]["kwargs"]["T_max"] == 180
     assert sched[2] == {"milestones": [20]}
-    sched, note = ncfg.lr_schedule("cosine", 0.03, None, 0.1)
-    assert sched is None and "step budget" in note
+    with pytest.raises(ValueError, match="cosine schedule with fractional warm-up 0.03 needs a step budget"):
+        ncfg.lr_schedule("cosine", 0.03, None, 0.1)  # NeMo-RL would run another schedule: refused
+    with pytest.raises(ValueError, match="lr_scheduler_type cosine needs a step budget"):
+        ncfg.lr_schedule("cosine", 0, None, 0.1)
+    warm = ncfg.lr_schedule("constant_with_warmup", 4, None, 0.0)[0][0]["kwargs"]  # from 0, as TRL's
+    assert warm == {"start_factor": 1e-9, "end_factor": 1.0, "total_iters": 4}
     with pytest.raises(ValueError, match="polynomial"):
         ncfg.lr_schedule("polynomial", 0, 10, 0.1)
 
@@ -268,13 +279,21 @@ def test_lr_schedules():
 def test_recipe_values_nemo_cannot_express_are_refused():
     with pytest.raises(nkeys.NemoConfigError, match="rl.loss_type 'dr_grpo'"):
         build("dapo_tight_7b", "rl", 1, 4, overrides=["rl.loss_type=dr_grpo"])
+    with pytest.raises(nkeys.NemoConfigError, match=r"model.tiny = True: .*set model.tiny=false"):
+        build("tiny_cpu", "sft", 1, 4)
+    with pytest.raises(nkeys.NemoConfigError, match=r"vllm.enable_sleep_mode = False: .*set vllm.enable_sleep_mode"):
+        build("dapo_tight_7b", "rl", 1, 4, overrides=["vllm.enable_sleep_mode=false"])
+    with pytest.raises(nkeys.NemoConfigError, match=r"sft.optimizer.num_train_epochs = 1.5: .*whole epochs"):
+        build("sft_cot_7b", "sft", 1, 4, overrides=["sft.optimizer.num_train_epochs=1.5"])
 
 
 def test_envs_data_and_resume_layout():
     overrides = ["rl.dynamic_sampling.enabled=false", "run.output_dir=/out/x", "data.traces_dir=/d/traces/cot",
                  "rl.init_from=/out/sft_hf"]
     cfg = build("dapo_tight_7b", "rl", 2, 4, overrides=overrides).config
-    assert cfg["spatialiq"] == {"recipe": "dapo_tight_7b", "recipe_overrides": overrides, "phase": "rl"}
+    assert {k: v for k, v in cfg["spatialiq"].items() if k != "plan"} == {
+        "recipe": "dapo_tight_7b", "recipe_overrides": overrides, "phase": "rl"}
+    assert cfg["spatialiq"]["plan"]["data"]["traces_dir"] == "/d/traces/cot"  # the plan the driver trains with
     assert cfg["grpo"]["use_dynamic_sampling"] is False and cfg["grpo"]["batch_multiplier"] == 1
     assert cfg["env"] == {TRAIN_ENV: {"reward": {"format": 0.1, "integer_distance": 0.9}},
                           VAL_ENV: {"reward": "exact_match"}}
@@ -291,12 +310,13 @@ def test_a_recipe_file_is_recorded_by_absolute_path(tmp_path, monkeypatch):
     (tmp_path / "r.yaml").write_text((SHIPPED_RECIPES / "sft_cot_7b.yaml").read_text())
     monkeypatch.chdir(tmp_path)
     cfg = build("r.yaml", "sft", 1, 4).config
-    assert cfg["spatialiq"] == {"recipe": str(tmp_path / "r.yaml"), "recipe_overrides": [], "phase": "sft"}
+    assert {k: v for k, v in cfg["spatialiq"].items() if k != "plan"} == {
+        "recipe": str(tmp_path / "r.yaml"), "recipe_overrides": [], "phase": "sft"}
 
 
 def test_without_validation_nothing_validates():
     off = ["data.eval_split=null", "rl.validation.every_steps=null", "sft.validation.every_steps=null",
-           "sft.validation.early_stopping_patience=null"]
+           "sft.validation.early_stopping_patience=null", "sft.validation.early_stopping_min_delta=0"]
     rl = build("dapo_tight_7b", "rl", 1, 4, overrides=off).config
     assert rl["data"]["validation"] is None and list(rl["env"]) == [TRAIN_ENV]
     assert rl["grpo"]["val_period"] == 0 and rl["checkpointing"]["metric_name"] is None
@@ -319,7 +339,7 @@ def test_recipe_fields_reach_the_config():
     assert rl["grpo"]["dynamic_sampling_max_gen_batches"] == 3
     sft = build("dapo_tight_7b", "sft", 1, 4, overrides=changed).config
     assert sft["policy"]["optimizer"]["kwargs"]["betas"] == [0.9, 0.98]  # the recipe's SFT betas, as released
-    assert sft["policy"]["scheduler"][0]["kwargs"]["start_factor"] == 0.25  # warm-up from zero: 1 / 4 steps
+    assert sft["policy"]["scheduler"][0]["kwargs"]["start_factor"] == 1e-9  # warm-up from zero, as TRL's
     assert (sft["sft"]["val_period"], sft["sft"]["val_batches"], sft["sft"]["val_global_batch_size"]) == (25, 5, 8)
 
 
@@ -452,7 +472,7 @@ def test_the_generated_batch_is_the_recipes(name):
     """grpo.num_prompts_per_step x num_generations_per_prompt = policy.train_global_batch_size, all from the recipe
     (rl.prompts_per_step, rl.num_generations); tiny_cpu: the TRL batch of 4 prompts x 8 completions."""
     recipe = load_recipe(SHIPPED_RECIPES / f"{name}.yaml")
-    cfg = build(name, "rl", 1, 1).config
+    cfg = build(name, "rl", 1, 1, overrides=CLUSTER_SETS.get(name, [])).config
     g, pol = cfg["grpo"], cfg["policy"]
     want = recipe.rl.prompts_per_step or 8
     assert (g["num_prompts_per_step"], g["num_generations_per_prompt"]) == (want, recipe.rl.num_generations)

@@ -12,7 +12,7 @@ import yaml
 
 from spatialiq_train.core.recipes import load_recipe
 from spatialiq_train.nemo.config import grpo_config, sft_config
-from spatialiq_train.nemo.recipe_values import values_from_recipe
+from spatialiq_train.nemo.recipe_values import nemo_plan
 from spatialiq_train.nemo.settings import DriverSettings
 
 ABSENT = "<absent>"
@@ -55,6 +55,11 @@ CHANGED = {
     "logger.wandb_enabled": "the recipe's logging.report_to decides",
     "data.num_workers": "0: the driver loads its batches itself; a DataLoader worker forked from the driver after Ray "
                         "started its threads is the pattern that died of a glibc double free in CI",
+    "grpo.max_num_epochs": "one step budget: v0.7.0 stops at whichever of epochs and steps comes first, TRL's "
+                           "max_steps overrides the epochs; with a step budget the epochs are set not to stop first",
+    "grpo.batch_multiplier": "the draw size is the recipe's rl.dynamic_sampling.batch_multiplier (1: what TRL "
+                             "honours too; 2 reproduces the released draw on NeMo-RL)",
+    "checkpointing.save_period": "the recipe's logging.save_steps (a multiple of its validation periods)",
 }
 """Released values our config sets differently on purpose, with the reason."""
 
@@ -98,9 +103,9 @@ def _released(shared: Path, name: str) -> dict[str, Any]:
 
 
 def _ours(recipe: str, phase: str) -> dict[str, Any]:
-    values = values_from_recipe(load_recipe(recipe))
+    plan = nemo_plan(load_recipe(recipe), phase, 4, False)
     settings = DriverSettings(recipe=recipe, recipe_overrides=[], phase=phase)
-    return (grpo_config if phase == "rl" else sft_config)(values, settings, 1, 4).config
+    return (grpo_config if phase == "rl" else sft_config)(plan, settings, 1, 4).config
 
 
 def _number(value: Any) -> Any:

@@ -16,6 +16,7 @@ from _train_support import one_thread, tiny_model_dir, tiny_recipe, trace_row, w
 
 from spatialiq_train.core.mixing import batch_quotas, batches_for, mixed_order
 from spatialiq_train.core.recipes import RecipeError, recipe_from_dict
+from spatialiq_train.core.resolve import Hardware, resolve
 
 one_thread()
 
@@ -112,7 +113,7 @@ def test_the_trl_path_reads_the_mix_in_order_and_refuses_other_kinds(tmp_path: P
 
     own, other = _folder(tmp_path, "own", 6, "sys"), _folder(tmp_path, "other", 2, "sys")
     recipe = _mixed_recipe(own, other)
-    dataset = load_training_split(recipe, "warmup", "sft")
+    dataset = load_training_split(resolve(recipe, "sft", Hardware(gpu=False)))
     paths = [ims[0]["path"] for ims in dataset.cast_column("images", Sequence(Image(decode=False)))["images"]]
     origin = [Path(p).parent.parent.name for p in paths]  # each source's images resolve under its own data_root
     assert len(origin) == 8 and [origin[b * 4:(b + 1) * 4].count("own") for b in range(2)] == [3, 3]
@@ -124,9 +125,9 @@ def test_the_trl_path_reads_the_mix_in_order_and_refuses_other_kinds(tmp_path: P
     plain = _folder(tmp_path, "plain", 2, None)
     with pytest.raises(TraceError, match=r"data.sources\[1\].traces_dir: .*holds plain traces but data.sources\[0\] "
                                          r"holds cot"):
-        load_training_split(_mixed_recipe(own, plain), "warmup", "sft")
+        load_training_split(resolve(_mixed_recipe(own, plain), "sft", Hardware(gpu=False)))
     with pytest.raises(TraceError, match=r"data.sources\[1\].traces_dir: .*gone/traces is not a folder"):
-        load_training_split(_mixed_recipe(own, tmp_path / "gone" / "traces"), "warmup", "sft")
+        load_training_split(resolve(_mixed_recipe(own, tmp_path / "gone" / "traces"), "sft", Hardware(gpu=False)))
 
 
 def test_grpo_reads_the_mix_one_step_of_prompts_at_a_time(tmp_path: Path) -> None:
@@ -135,7 +136,8 @@ def test_grpo_reads_the_mix_one_step_of_prompts_at_a_time(tmp_path: Path) -> Non
 
     own, other = _folder(tmp_path, "own", 6, "sys", "rl"), _folder(tmp_path, "other", 2, "sys", "rl")
     recipe = _mixed_recipe(own, other)
-    dataset = load_training_split(recipe, "rl", "rl")  # rl.prompts_per_step = 4 prompts a step: 3 own, 1 other
+    # rl.prompts_per_step = 4 prompts a step: 3 own, 1 other
+    dataset = load_training_split(resolve(recipe, "rl", Hardware(gpu=False)))
     origin = [sid.split("-")[0] for sid in dataset["structure_id"]]
     assert [origin[b * 4:(b + 1) * 4].count("other") for b in range(2)] == [1, 1]
     trainer, _ = build_rl_trainer(recipe, tiny_model_dir(), dataset, tmp_path / "rl")
@@ -145,9 +147,9 @@ def test_grpo_reads_the_mix_one_step_of_prompts_at_a_time(tmp_path: Path) -> Non
 
 
 def test_nemo_rl_refuses_a_mixed_recipe_naming_the_key() -> None:
-    from spatialiq_train.nemo.recipe_values import values_from_recipe
+    from spatialiq_train.nemo.recipe_values import nemo_plan, refuse
 
     recipe = recipe_from_dict({"name": "x", "data": {"traces_dir": "a", "sources": _sources(("a", 1), ("b", 1))}})
-    with pytest.raises(ValueError, match=r"data.sources mixes 2 trace folders .* train this recipe with `spatialiq "
-                                         r"train`"):
-        values_from_recipe(recipe)
+    with pytest.raises(ValueError, match=r"data.sources = .*mixes trace folders by weight .* train this recipe with "
+                                         r"`spatialiq train`"):
+        refuse(nemo_plan(recipe, "rl", 1, False))

@@ -173,6 +173,21 @@ def test_trainer_drops_zero_variance_group_and_refills(ds_env, tmp_path: Path) -
     assert out["pixel_values"].shape[0] == int(out["image_grid_thw"].prod(-1).sum())
 
 
+def test_the_draw_size_draws_more_prompts_per_generation(ds_env, tmp_path: Path) -> None:  # noqa: ANN001
+    """rl.dynamic_sampling.batch_multiplier 2 (NeMo-RL's grpo.batch_multiplier): the first generation scores the
+    step's 2 prompts and 2 more from the refill order; here both extra groups vary, so no refill round is needed."""
+    _, _, odd, even, _ = ds_env
+    trainer = _trainer(ds_env, odd, tmp_path / "m")
+    trainer.batch_multiplier = 2
+    out = trainer._generate_and_score_completions([even[0]] * G + [odd[0]] * G)  # one constant group of the two
+    m = trainer._metrics["train"]
+    assert m["dynamic_sampling/refill_rounds"] == [0.0] and m["dynamic_sampling/kept_groups"] == [2.0]
+    assert m["dynamic_sampling/dropped_groups"] == [1.0]  # of the 4 groups generated at once, 2 kept, 1 dropped
+    (entry,) = trainer.refill_log
+    assert entry["drawn"] == [refill_indices(len(odd), 4, seed=0, step=0, round_=0, rank=0, world=1)[:2]]
+    assert out["completion_ids"].shape[0] == 2 * G  # the step trains its global batch, not the draw
+
+
 def test_trainer_fills_with_masked_groups_after_the_cap(ds_env, tmp_path: Path) -> None:  # noqa: ANN001
     _, _, _, even, _ = ds_env
     trainer = _trainer(ds_env, even, tmp_path / "b")  # refills can only draw constant groups

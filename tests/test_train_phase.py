@@ -12,7 +12,8 @@ from _train_support import one_thread, tiny_model_dir, tiny_recipe, write_traces
 
 from spatialiq_train.core.recipe_model import OPTIMIZER_KEYS
 from spatialiq_train.core.recipes import RecipeError, recipe_from_dict
-from spatialiq_train.train.phase import NOT_TRL_ARGS, warmup_factor
+from spatialiq_train.train.mapper import OPTIMIZER_ARGS
+from spatialiq_train.train.phase import warmup_factor
 
 one_thread()
 
@@ -21,8 +22,8 @@ def test_every_optimizer_key_is_a_training_arguments_field() -> None:
     from transformers import TrainingArguments
 
     fields = {f.name for f in dataclasses.fields(TrainingArguments)}
-    passed = [k for k in OPTIMIZER_KEYS if k not in NOT_TRL_ARGS]
-    assert passed and not [k for k in passed if k not in fields]
+    passed = [k for k in OPTIMIZER_KEYS if k in OPTIMIZER_ARGS]
+    assert set(passed) == set(OPTIMIZER_ARGS) and not [k for k in passed if k not in fields]
 
 
 def test_optimizer_keys_have_one_spelling() -> None:
@@ -84,6 +85,28 @@ def test_warm_start_schedule_starts_at_the_factor(tmp_path: Path) -> None:
     assert lrs == pytest.approx([0.001, 0.00325, 0.0055, 0.00775, 0.01, 0.01])
 
 
+@pytest.mark.parametrize("micro", ["null", "2"])
+def test_an_epochs_tail_is_left_out_whatever_the_accumulation(tmp_path: Path, micro: str) -> None:
+    """6 rows at a global batch of 4: one step of 4 rows per epoch, by whole share (micro 4) or in 2 micro-batches
+    of 2 (the transformers loop would otherwise train a second step on the 2-row tail); the same on any number of
+    processes, whose shares of a whole global batch are whole micro-batches."""
+    from spatialiq_train.train.data import load_split
+    from spatialiq_train.train.sft import build_sft_trainer
+
+    traces = write_traces(tmp_path, "warmup", 6, np.random.default_rng(0), answer=lambda i: i)
+    recipe = tiny_recipe(["sft.optimizer.max_steps=-1", "sft.optimizer.num_train_epochs=2",
+                          f"sft.optimizer.micro_batch_size={micro}", "logging.save_steps=100"])
+    trainer, _ = build_sft_trainer(recipe, tiny_model_dir(), load_split(traces, "warmup", tmp_path, "sft"),
+                                   tmp_path / "sft")
+    loader = trainer.get_train_dataloader()
+    assert sum(len(b["input_ids"]) for b in loader) == 4  # one whole global batch of the 6 rows
+    trainer.train()
+    assert trainer.state.global_step == 2  # 2 epochs x 1 step; the core's step budget says the same
+    from spatialiq_train.core.resolve import Hardware, resolve, step_budget
+
+    assert step_budget(resolve(recipe, "sft", Hardware(gpu=False)), 6) == 2
+
+
 def test_every_vllm_key_maps_onto_a_grpo_config_field() -> None:
     from trl import GRPOConfig
 
@@ -95,20 +118,22 @@ def test_every_vllm_key_maps_onto_a_grpo_config_field() -> None:
     assert len(set(VLLM_TO_GRPO.values())) == len(VLLM_TO_GRPO)  # one to one
 
 
-def test_vllm_section_reaches_grpo_config_when_usable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from spatialiq_train.train import rl
+def test_vllm_section_reaches_grpo_config_when_usable() -> None:
+    from spatialiq_train.core.resolve import Hardware, resolve
+    from spatialiq_train.train.mapper import config_kwargs
 
-    recipe = tiny_recipe(["vllm.mode=server", "vllm.tensor_parallel_size=2", "vllm.max_model_len=64",
-                          "vllm.enable_sleep_mode=true", "vllm.server_host=10.0.0.2", "vllm.server_port=8123",
-                          "vllm.gpu_memory_utilization=0.45"])
-    assert rl.vllm_args(recipe) == {"use_vllm": False}  # CPU: transformers generates
-    monkeypatch.setattr(rl, "vllm_usable", lambda r: True)
-    args = rl.vllm_args(recipe)
-    assert args == {"use_vllm": True, "vllm_mode": "server", "vllm_gpu_memory_utilization": 0.45,
-                    "vllm_tensor_parallel_size": 2, "vllm_max_model_length": 64, "vllm_enable_sleep_mode": True,
-                    "vllm_server_host": "10.0.0.2", "vllm_server_port": 8123,
-                    "vllm_importance_sampling_correction": False, "vllm_importance_sampling_mode": "sequence_mask",
-                    "vllm_importance_sampling_clip_max": 3.0, "vllm_importance_sampling_clip_min": None}
+    recipe = tiny_recipe(["vllm.enabled=true", "vllm.mode=server", "vllm.tensor_parallel_size=2",
+                          "vllm.max_model_len=64", "vllm.enable_sleep_mode=true", "vllm.server_host=10.0.0.2",
+                          "vllm.server_port=8123", "vllm.gpu_memory_utilization=0.45"])
+    cpu = config_kwargs(resolve(recipe, "rl", Hardware(gpu=False, vllm_importable=True)), "out")
+    assert cpu["use_vllm"] is False  # CPU: transformers generates
+    args = config_kwargs(resolve(recipe, "rl", Hardware(gpu=True, vllm_importable=True)), "out")
+    assert {k: v for k, v in args.items() if k.startswith(("vllm", "use_vllm"))} == {
+        "use_vllm": True, "vllm_mode": "server", "vllm_gpu_memory_utilization": 0.45,
+        "vllm_tensor_parallel_size": 2, "vllm_max_model_length": 64, "vllm_enable_sleep_mode": True,
+        "vllm_server_host": "10.0.0.2", "vllm_server_port": 8123,
+        "vllm_importance_sampling_correction": False, "vllm_importance_sampling_mode": "sequence_mask",
+        "vllm_importance_sampling_clip_max": 3.0, "vllm_importance_sampling_clip_min": None}
     with pytest.raises(RecipeError, match=r"vllm.max_model_len \(24\) must exceed generation.max_completion_length"):
         tiny_recipe(["vllm.max_model_len=24"])
 

@@ -157,14 +157,16 @@ def test_validation_sharing_structures_with_training_stops_the_run_before_sft(tm
 
 
 def test_standalone_phase_refuses_validation_sharing_its_split(tmp_path: Path, traces: Path) -> None:
+    from spatialiq_train.core.resolve import Hardware, resolve
     from spatialiq_train.core.splits import HeldOutError
     from spatialiq_train.train.phase import phase_datasets
 
     _leaky_val(traces, "warmup", shared=1, own=2)
-    recipe = _recipe(tmp_path, traces, "data.eval_split=val", "sft.validation.every_steps=1", "logging.save_steps=1")
+    recipe = resolve(_recipe(tmp_path, traces, "data.eval_split=val", "sft.validation.every_steps=1",
+                             "logging.save_steps=1"), "sft", Hardware(gpu=False))
     with pytest.raises(HeldOutError, match=r"shares 1 of its 3 structures with training split 'warmup'"):
-        phase_datasets(recipe, "sft", None, None)
+        phase_datasets(recipe, None, None)
     _leaky_val(traces, "rl", shared=0, own=0)
     (traces / "val.jsonl").write_text((traces / "rl.jsonl").read_text().replace('"rl-', '"val-'))
-    train, val = phase_datasets(recipe, "sft", None, None)  # held out: passes
+    train, val = phase_datasets(recipe, None, None)  # held out: passes
     assert len(train) == 4 and len(val) == 4

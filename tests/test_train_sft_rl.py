@@ -73,8 +73,10 @@ def test_lora_sft_trains_adapters_and_exports_merged_weights(data, tmp_path: Pat
     plan = json.loads((tmp_path / "sft" / "plan.json").read_text())  # the batch split and settings, recorded
     assert plan["batch"]["global_batch"] == 4 and plan["batch"]["world_size"] == 1
     assert (plan["batch"]["micro_batch"], plan["batch"]["accumulation"]) == (4, 1)
-    assert plan["gradient_checkpointing"] == {"on": False, "source": "recipe"}
-    assert plan["liger_kernel"]["on"] is False and plan["padding_free"]["on"] is False
+    x = plan["execution"]
+    assert x["gradient_checkpointing"] is False and plan["provenance"]["execution.gradient_checkpointing"] == "recipe"
+    assert x["liger_kernel"] is False and x["padding_free"] is False and x["device"] == "cpu"
+    assert plan["model"]["lora"] is True and plan["model"]["r"] == 4 and plan["provenance"]["model.r"] == "recipe"
     model = AutoModelForImageTextToText.from_pretrained(final)
     base = AutoModelForImageTextToText.from_pretrained(tmp_path / "sft" / "base")
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in base.parameters())

@@ -47,17 +47,23 @@ def test_rl_recipes_are_found() -> None:
     assert {"dapo_tight_7b.yaml", "dapo_tight_32b.yaml", "tiny_cpu.yaml"} <= {p.name for p in RL_RECIPES}
 
 
-def test_the_keys_reach_grpo_config_with_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_keys_reach_grpo_config_with_vllm(tmp_path: Path) -> None:
+    from spatialiq_train.core.resolve import Hardware, resolve
     from spatialiq_train.train import rl
+    from spatialiq_train.train.phase import phase_config
 
-    monkeypatch.setattr(rl, "vllm_usable", lambda r: True)
-    recipe = tiny_recipe(["vllm.importance_sampling_correction=true", "vllm.importance_sampling_mode=token_truncate",
+    def config(recipe):  # noqa: ANN001, ANN202 - a GPU run with vLLM importable, as its plan decides
+        plan = resolve(recipe, "rl", Hardware(gpu=True, vllm_importable=True))
+        return phase_config(rl.rl_phase(rewards=rl.RewardSetup([], [0.1, 0.9], [])), plan, tmp_path)
+
+    recipe = tiny_recipe(["vllm.enabled=true", "vllm.importance_sampling_correction=true",
+                          "vllm.importance_sampling_mode=token_truncate",
                           "vllm.importance_sampling_clip_max=2.0", "vllm.importance_sampling_clip_min=0.5"])
-    config = rl.grpo_config(recipe, tmp_path, [0.1, 0.9])
-    assert config.use_vllm and config.vllm_importance_sampling_correction
-    assert config.vllm_importance_sampling_mode == "token_truncate"
-    assert (config.vllm_importance_sampling_clip_min, config.vllm_importance_sampling_clip_max) == (0.5, 2.0)
-    off = rl.grpo_config(tiny_recipe(), tmp_path, [0.1, 0.9])
+    on = config(recipe)
+    assert on.use_vllm and on.vllm_importance_sampling_correction
+    assert on.vllm_importance_sampling_mode == "token_truncate"
+    assert (on.vllm_importance_sampling_clip_min, on.vllm_importance_sampling_clip_max) == (0.5, 2.0)
+    off = config(tiny_recipe(["vllm.enabled=true"]))
     assert off.use_vllm and off.vllm_importance_sampling_correction is False  # the recipe's value, not TRL's
 
 

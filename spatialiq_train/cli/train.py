@@ -71,7 +71,7 @@ def _learned_nothing_note(rec, rl_dir: Path) -> None:  # noqa: ANN001
     """The summary's warning when no RL step updated the weights (cause and knobs), on stderr."""
     from spatialiq_train.train.rl import rl_learned_nothing
 
-    if cause := rl_learned_nothing(rec, rl_dir):
+    if cause := rl_learned_nothing(rl_dir):
         typer.secho(f"WARNING: {cause}", err=True, bold=True)
 
 

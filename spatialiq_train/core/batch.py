@@ -117,19 +117,26 @@ def sft_batch(global_batch: int, world_size: int, micro_batch: int | None,
 
 
 def rl_batch(prompts_per_step: int, num_generations: int, world_size: int, micro_batch: int | None,
-             micro_source: MicroSource | None = None) -> BatchPlan:
-    """The RL plan: ``prompts_per_step`` x ``num_generations`` completions per step. Each process generates whole
-    groups (dynamic sampling filters groups per process), so the prompts are shared evenly by the processes;
+             micro_source: MicroSource | None = None, whole_groups: bool = True) -> BatchPlan:
+    """The RL plan: ``prompts_per_step`` x ``num_generations`` completions per step. With ``whole_groups`` (TRL)
+    each process generates whole groups (dynamic sampling filters groups per process), so the prompts are shared
+    evenly by the processes; without (NeMo-RL, which gathers the rollouts first) the completions are;
     ``micro_batch`` completions per forward/backward (None: the process's whole share)."""
     if world_size < 1:
         raise BatchError(f"world size must be >= 1, got {world_size}")
-    if prompts_per_step % world_size:
+    total = prompts_per_step * num_generations
+    if not whole_groups and total % world_size:
+        raise BatchError(
+            f"the global batch rl.prompts_per_step x rl.num_generations = {total} completions must divide evenly "
+            f"among {world_size} data-parallel ranks: choose values whose product is a multiple of {world_size}, "
+            f"or run on {_join(divisors(total))} rank(s)")
+    if whole_groups and prompts_per_step % world_size:
         raise BatchError(
             f"rl.prompts_per_step = {prompts_per_step} cannot be shared evenly by {world_size} processes (each "
             "process generates whole groups of rl.num_generations completions): the nearest valid values are "
             f"{_join(nearest_multiples(prompts_per_step, world_size))}, or run on "
             f"{_join(divisors(prompts_per_step))} process(es)")
-    share = prompts_per_step // world_size * num_generations
+    share = total // world_size
     micro, accum = _split_micro("rl", share, world_size, micro_batch, "rl.optimizer.micro_batch_size",
                                 "completions")
     source: MicroSource = micro_source or ("whole share" if micro_batch is None else "recipe")
@@ -182,3 +189,18 @@ def retired_keys_message(phase: str, section: dict[str, Any]) -> str | None:
                             whole(opt.get("gradient_accumulation_steps", 1)),
                             whole(section.get("num_generations", 16)) if phase == "rl" else None,
                             whole(spg) if spg is not None else None)
+
+
+def check_batch_fits(plan: BatchPlan, rows: int, where: str, batch_multiplier: int = 1) -> None:
+    """Refuse a global batch the training rows cannot fill once: SFT needs ``global_batch`` rows, RL
+    ``prompts_per_step`` x ``batch_multiplier`` (dynamic sampling's draw) prompts, after ``data.max_examples`` and
+    any filtering; otherwise the loaders of both engines, which keep whole batches only, would train no step."""
+    if plan.phase == "sft":
+        need, key, unit = plan.global_batch, "sft.optimizer.global_batch_size", "sequences"
+    else:
+        need, key, unit = (plan.prompts_per_step or 0) * batch_multiplier, "rl.prompts_per_step", "prompts"
+    if rows < need:
+        draw = f" x rl.dynamic_sampling.batch_multiplier {batch_multiplier}" if batch_multiplier > 1 else ""
+        raise BatchError(f"{key} = {need // batch_multiplier}{draw} {unit} per step is larger than {where}, which "
+                         f"has {rows} rows (after data.max_examples and filtering): no whole batch, no step; set "
+                         f"{key} to at most {rows // batch_multiplier} or train on more rows")

@@ -29,20 +29,30 @@ CONFIDENCE = 0.95
 """Two-sided level of every interval here."""
 
 
+def total_reward(row: Mapping[str, Any], weights: Mapping[str, float], prefix: str = "") -> float | None:
+    """The total reward of one metrics row, the one definition both engines log as ``reward/total/mean``: the sum
+    over the recipe's rewards of weight x ``reward/<name>/mean``, unshaped (the overlong shaping and weight-0 terms are
+    not in it; the shaping is logged on its own, TRL's shaped sum as ``reward/shaped_total/mean``). None when a
+    reward's mean is missing from the row."""
+    keys = {name: prefix + reward_metric(name, "mean") for name in weights}
+    if any(k not in row for k in keys.values()):
+        return None
+    return sum(float(w) * float(row[keys[n]]) for n, w in weights.items())
+
+
 def total_reward_series(rows: Sequence[Mapping[str, Any]], weights: Mapping[str, float], phase: str = "rl",
                         prefix: str = "") -> list[float]:
-    """Mean total reward per logged step of `phase`: sum over the recipe's rewards of weight x `reward/<name>/mean`
-    (shaping and weight-0 terms excluded, so the scale is the reward's own, 0-1 for the shipped weights).
+    """Mean total reward per logged step of `phase` (:func:`total_reward`, the scale of the reward's own, 0-1 for
+    the shipped weights).
 
     Rows are metrics.jsonl records (`step`, `phase`, metric names); rows of another phase, or without every
     reward's mean (evaluation-only rows), are skipped. Ordered by step; a repeated step keeps its last row. `prefix`
     `eval/` reads the validation rows (held-out views) instead."""
-    keys = {name: prefix + reward_metric(name, "mean") for name in weights}
     by_step: dict[int, float] = {}
     for row in rows:
-        if row.get("phase", phase) != phase or any(k not in row for k in keys.values()):
-            continue
-        by_step[int(row["step"])] = sum(float(w) * float(row[keys[n]]) for n, w in weights.items())
+        total = total_reward(row, weights, prefix) if row.get("phase", phase) == phase else None
+        if total is not None:
+            by_step[int(row["step"])] = total
     return [by_step[s] for s in sorted(by_step)]
 
 

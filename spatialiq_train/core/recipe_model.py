@@ -22,6 +22,10 @@ from pydantic import (
 from spatialiq_train.core.advantages import Baseline, Std, refuse_scale_rewards
 from spatialiq_train.core.mixing import TraceSource, check_sources
 from spatialiq_train.core.recipe_types import (
+    MAX_BATCH,
+    MAX_COUNT,
+    MAX_EPOCHS,
+    MAX_GENERATIONS,
     Count,
     Flag,
     MaxSteps,
@@ -71,7 +75,7 @@ class DataSection(Section):
     rl_split: Split = "rl"
     eval_split: Split | None = "val"
     """Held-out split: validation during training (`*.validation`) and the eval area sample it."""
-    max_examples: Count | None = Field(None, gt=0)
+    max_examples: Count | None = Field(None, gt=0, le=MAX_COUNT)
     """Cap on rows read per split (None = all)."""
     sources: list[TraceSource] = Field(default_factory=list)
     """Replay: the training splits mixed from these trace folders with weights (`spatialiq_train.core.mixing`);
@@ -94,11 +98,11 @@ class OptimizerSection(Section):
     warmup_start_factor: Num = Field(0.0, ge=0, lt=1)
     """Linear warm-up starts at this fraction of the learning rate (needs lr_scheduler_type constant_with_warmup
     when above 0; TRL cannot express it, the phase runner installs the schedule)."""
-    num_train_epochs: Num = Field(1.0, gt=0)
+    num_train_epochs: Num = Field(1.0, gt=0, le=MAX_EPOCHS)
     max_steps: MaxSteps = -1
-    global_batch_size: Count | None = Field(None, gt=0)
+    global_batch_size: Count | None = Field(None, gt=0, le=MAX_BATCH)
     """SFT: sequences per optimizer step over all processes. Unset under ``rl.optimizer`` (see prompts_per_step)."""
-    micro_batch_size: Count | None = Field(None, gt=0)
+    micro_batch_size: Count | None = Field(None, gt=0, le=MAX_BATCH)
     """Sequences per forward/backward on one device (None: GPU memory plan; CPU: each process's whole share);
     TRL's per-device batch and accumulation are derived from it, the global batch and the process count."""
     weight_decay: Num = Field(0.0, ge=0, le=1)
@@ -186,6 +190,9 @@ class DynamicSamplingSection(Section):
     max_refill_rounds: Count = Field(10, ge=0)
     """Extra generation rounds per batch before the remaining slots are filled with masked groups (the number of
     generation batches is at most max_refill_rounds + 1)."""
+    batch_multiplier: Count = Field(1, ge=1, le=64)
+    """The draw size: each generation batch draws rl.prompts_per_step x this many prompts (NeMo-RL's
+    grpo.batch_multiplier; the paper's released config: 2). TRL draws one ordinary batch per round (1 only)."""
 
 
 class OverlongSection(Section):
@@ -212,10 +219,10 @@ class RLSection(PhaseSection):
         "learning_rate": 5e-7, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 10}
     init_from: str | None = None
     """SFT-CoT checkpoint the policy starts from and the KL reference anchors to (None = model.name_or_path)."""
-    prompts_per_step: Count | None = Field(8, gt=0)
+    prompts_per_step: Count | None = Field(8, gt=0, le=MAX_BATCH)
     """Prompts per optimizer step over all processes; x num_generations completions, generated once a step."""
-    num_generations: Count = Field(16, ge=2)
-    num_iterations: Count = Field(1, gt=0)
+    num_generations: Count = Field(16, ge=2, le=MAX_GENERATIONS)
+    num_iterations: Count = Field(1, gt=0, le=MAX_GENERATIONS)
     loss_type: Literal["dapo", "grpo", "bnpo", "dr_grpo"] = "dapo"
     epsilon: Num = Field(0.2, gt=0, lt=1)
     epsilon_high: Num = Field(0.28, gt=0)
@@ -258,8 +265,9 @@ class VllmSection(Section):
     tensor_parallel_size: Count = Field(1, gt=0)
     max_model_len: Count | None = Field(None, gt=0)
     """Prompt + completion token budget of the engine (None: the model's own maximum)."""
-    enable_sleep_mode: Flag = False
-    """Colocate mode: offload vLLM's weights and cache during the optimizer step."""
+    enable_sleep_mode: Flag | None = None
+    """Colocate mode: offload vLLM's weights and cache during the optimizer step. None: the engine's way (TRL: off;
+    NeMo-RL v0.7.0: on, the only way its colocated vLLM runs)."""
     server_host: str = "0.0.0.0"
     """Server mode: where `trl vllm-serve` listens."""
     server_port: Count = Field(8000, gt=0, le=65535)

@@ -39,7 +39,19 @@ def sane_learning_rate(value: float) -> float:
 def _steps_or_epochs(value: int) -> int:
     if value == 0 or value < -1:
         raise ValueError("must be a positive number of steps, or -1 to train for num_train_epochs")
+    if value > MAX_COUNT:
+        raise ValueError(f"must be at most {MAX_COUNT:,} steps, got {value:,}")
     return value
+
+
+MAX_BATCH = 1 << 20
+"""Largest global batch, micro-batch or prompts per step a recipe may state (a million sequences per step; a larger
+number is a typo, and no split of traces holds it)."""
+MAX_GENERATIONS = 1024
+"""Largest completions per prompt (and iterations per generation batch)."""
+MAX_COUNT = 10**9
+"""Largest step budget or row cap."""
+MAX_EPOCHS = 10**6
 
 
 MAX_LEARNING_RATE = 1.0

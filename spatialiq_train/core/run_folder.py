@@ -22,7 +22,7 @@ from typing import Any
 
 from spatialiq_train.core.errors import JobFailure, UserError
 from spatialiq_train.core.io import atomic_write_json, sha256_file
-from spatialiq_train.core.recipe_model import Recipe
+from spatialiq_train.core.plan import PhasePlan, PlanData
 
 DATA_RECORD = "data.json"
 """The data record's file name in a phase folder."""
@@ -32,9 +32,10 @@ class DataChangedError(UserError):
     """A resume would train on other data than the run's checkpoints; the message names what changed."""
 
 
-def _images_record(recipe: Recipe, split: str, mode: str) -> dict[str, Any]:
-    """The images of ``split``: the dataset's manifest (digest and facts), else the digest of every image it uses."""
-    root = Path(recipe.data.data_root)
+def _images_record(d: PlanData, mode: str) -> dict[str, Any]:
+    """The images of the training split: the dataset's manifest (digest and facts), else the digest of every image
+    it uses."""
+    root = Path(d.data_root)
     manifest = root / "manifest.json"
     if manifest.is_file():
         try:
@@ -47,7 +48,7 @@ def _images_record(recipe: Recipe, split: str, mode: str) -> dict[str, Any]:
                 "seed": args.get("seed"), "structures": counts.get("structures"), "views": counts.get("views")}
     from spatialiq_train.core.traces import load_examples
 
-    examples = load_examples(recipe.data.traces_dir, split, root, mode, recipe.data.max_examples)  # type: ignore[arg-type]
+    examples = load_examples(d.traces_dir, d.train_split, root, mode, d.max_examples)  # type: ignore[arg-type]
     images = sorted({str(im) for ex in examples for im in ex.get("images") or ()})
     digest = hashlib.sha256()
     for image in images:
@@ -56,18 +57,21 @@ def _images_record(recipe: Recipe, split: str, mode: str) -> dict[str, Any]:
     return {"images_sha256": digest.hexdigest(), "images": len(images)}
 
 
-def data_record(recipe: Recipe, phase: str) -> dict[str, Any]:
-    """The digests of what ``phase`` of ``recipe`` trains on (pure but for reading the files)."""
+def data_record(plan: PhasePlan) -> dict[str, Any]:
+    """The digests of what the phase of ``plan`` trains on (pure but for reading the files): its trace files (the
+    training split, the validation split when it validates, and each replay source's training split) and images."""
     from spatialiq_train.core.traces import split_file
 
-    d = recipe.data
-    split = d.sft_split if phase == "sft" else d.rl_split
-    section = recipe.sft if phase == "sft" else recipe.rl
-    splits = [split] + ([d.eval_split] if section.validation.every_steps is not None and d.eval_split else [])
-    traces = {f"{s}.jsonl": sha256_file(split_file(d.traces_dir, s)) for s in dict.fromkeys(splits)
-              if split_file(d.traces_dir, s).is_file()}
-    return {"phase": phase, "traces_dir": Path(d.traces_dir).name, "traces": traces,
-            "data_root": Path(d.data_root).name, **_images_record(recipe, split, phase)}
+    d = plan.data
+    folders = [(d.traces_dir, s) for s in dict.fromkeys([d.train_split, *([d.eval_split] if d.eval_split else [])])]
+    folders += [(str(src["traces_dir"]), d.train_split) for src in d.sources if src["traces_dir"] != d.traces_dir]
+    traces = {}
+    for folder, split in folders:
+        name = f"{split}.jsonl" if folder == d.traces_dir else f"{Path(folder).name}/{split}.jsonl"
+        if split_file(folder, split).is_file():
+            traces[name] = sha256_file(split_file(folder, split))
+    return {"phase": plan.phase, "traces_dir": Path(d.traces_dir).name, "traces": traces,
+            "data_root": Path(d.data_root).name, **_images_record(d, plan.phase)}
 
 
 def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -89,10 +93,10 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return said
 
 
-def check_same_data(out: Path, recipe: Recipe, phase: str, resuming: bool) -> dict[str, Any]:
+def check_same_data(out: Path, plan: PhasePlan, resuming: bool) -> dict[str, Any]:
     """The data record of this start; when ``resuming`` a phase that recorded one, a :class:`DataChangedError` if
     the data differ from it. Writes nothing."""
-    record = data_record(recipe, phase)
+    record = data_record(plan)
     path = out / DATA_RECORD
     if not resuming or not path.is_file():
         return record

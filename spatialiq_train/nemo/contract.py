@@ -25,9 +25,10 @@ from typing import Any
 
 from spatialiq_train.core.errors import UserError
 from spatialiq_train.core.metrics import ACCURACY_REWARD
+from spatialiq_train.core.plan import PhasePlan
 from spatialiq_train.core.splits import check_held_out, check_split_names
 from spatialiq_train.nemo.env import TRAIN_ENV, VAL_ENV
-from spatialiq_train.nemo.recipe_values import NemoValues, PhaseValues, adv_estimator
+from spatialiq_train.nemo.recipe_values import adv_estimator
 from spatialiq_train.nemo.settings import SECTION, DataPlan, Phase
 
 PROJECT_DATASET_KEYS = ("data_root", "min_pixels", "max_pixels", "max_examples")
@@ -37,24 +38,18 @@ METRICS: dict[Phase, tuple[str, bool]] = {"rl": ("val:accuracy", True), "sft": (
 _ABSENT = object()
 
 
-def phase_values(values: NemoValues, phase: Phase) -> PhaseValues:
-    return values.rl if phase == "rl" else values.sft
-
-
-def validates(values: NemoValues, phase: Phase) -> bool:
-    """A phase validates when the recipe names a held-out split and a validation period for it."""
-    return values.eval_split is not None and phase_values(values, phase).val_every is not None
-
-
-def plan_data(values: NemoValues, phase: Phase, recipe: str) -> DataPlan:
-    """What the driver reads for one phase of the recipe (``recipe``: the section's reference to it)."""
+def plan_data(plan: PhasePlan, recipe: str) -> DataPlan:
+    """What the driver reads and applies for one phase's plan (``recipe``: the section's reference to it)."""
+    d, m, val = plan.data, plan.model, plan.validation
+    rl = plan.phase == "rl"
     return DataPlan(
-        recipe=recipe, traces_dir=values.traces_dir, data_root=values.data_root,
-        train_split=values.rl_split if phase == "rl" else values.sft_split,
-        val_split=values.eval_split if validates(values, phase) else None,
-        max_examples=values.max_examples, min_pixels=values.min_pixels, max_pixels=values.max_pixels,
-        reward_weights=dict(values.reward_weights),
-        advantage_baseline=values.adv_baseline, advantage_std=values.adv_std,
+        recipe=recipe, traces_dir=d.traces_dir, data_root=d.data_root, train_split=d.train_split,
+        val_split=d.eval_split, max_examples=d.max_examples, min_pixels=m.min_pixels, max_pixels=m.max_pixels,
+        reward_weights=dict(plan.rl.weights) if rl else {},
+        advantage_baseline=plan.rl.baseline if rl else "group_mean", advantage_std=plan.rl.std if rl else "group",
+        wandb_mode=plan.logging.wandb_mode,
+        early_stopping_patience=val.early_stopping_patience if d.eval_split else None,
+        early_stopping_min_delta=val.early_stopping_min_delta,
     )
 
 

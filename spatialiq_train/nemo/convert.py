@@ -38,6 +38,17 @@ class ConvertError(UserError):
     """A checkpoint that cannot be converted, or an output that fails its checks; the message names the file."""
 
 
+def pixel_budget(step_config: dict[str, Any], recipe: Any) -> tuple[int, int]:
+    """The pixel budget the run trained with: its plan's (the config's ``spatialiq.plan``), else the recipe's."""
+    plan = (step_config.get("spatialiq") or {}).get("plan")
+    if plan:
+        from spatialiq_train.core.plan import from_record
+
+        model = from_record(plan).model
+        return model.min_pixels, model.max_pixels
+    return recipe.model.min_pixels, recipe.model.max_pixels
+
+
 def find_step(checkpoint: Path) -> Path:
     """``checkpoint`` itself when it is a ``step_N`` folder, else the newest ``step_N`` inside it."""
     if (checkpoint / "policy" / "weights").is_dir():
@@ -204,7 +215,7 @@ def convert(checkpoint: str | Path, out: str | Path, recipe: str | Path | None =
         _copy_hf(weights, staging, step_config)
     else:
         _convert_dcp(weights, step, step_config, staging)
-    budget = (rec.model.min_pixels, rec.model.max_pixels)
+    budget = pixel_budget(step_config, rec)
     processor = write_processor(Path(processor_source(step, step_config)), staging, *budget)
     if budget_of(processor) != budget:
         raise ConvertError(f"{staging}: the saved processor's budget {budget_of(processor)} is not the recipe's")

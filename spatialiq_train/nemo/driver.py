@@ -5,9 +5,10 @@ calls ``setup_response_data(..., is_vlm=True)``, which builds every environment 
 custom reward needs its own driver. This one follows the stock flow and differs where our data and rewards enter:
 
 1. load the YAML (``load_config``, NeMo-RL's ``defaults:`` inheritance), apply the command line's Hydra overrides,
-   resolve it, read our ``spatialiq`` section (:class:`DriverSettings`) and rebuild the recipe it names with its
-   overrides;
-2. check the config's project pieces against that recipe (:mod:`spatialiq_train.nemo.contract`: data entries,
+   resolve it, read our ``spatialiq`` section (:class:`DriverSettings`) and the phase's plan it holds
+   (`core.plan.PhasePlan`, written by ``spatialiq recipes nemo-rl``; the recipe is not reloaded);
+2. check that the training split fills one global batch (`core.batch.check_batch_fits`), and the config's project
+   pieces against the plan (:mod:`spatialiq_train.nemo.contract`: data entries,
    ``env.spatialiq`` / ``env.spatialiq_exact_match``, checkpoint metric, ``skip_tokenizer_init``); a difference
    is an error naming the keys, never rewritten; check that the validation split shares no structure with the
    phase's training split (:func:`spatialiq_train.core.splits.check_held_out`); then build ``MasterConfig`` from the
@@ -47,7 +48,9 @@ dispatches to ``async_grpo_train`` when ``grpo.async_grpo.enabled``. ``setup``, 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,6 +60,7 @@ import yaml
 from pydantic import ValidationError
 
 from spatialiq_train.core.errors import UserError
+from spatialiq_train.core.plan import PhasePlan, from_record
 from spatialiq_train.nemo.checkpoints import latest_step, read_step_config, writing
 from spatialiq_train.nemo.contract import check_contract, check_held_out_plan, plan_data
 from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
@@ -64,9 +68,8 @@ from spatialiq_train.nemo.env import ACTOR_CLASSES, TRAIN_ENV, VAL_ENV
 from spatialiq_train.nemo.grouping import StepCalls, check_supported, per_view_groups
 from spatialiq_train.nemo.perf import nemo_perf
 from spatialiq_train.nemo.placeholders import VisionTokenGuard
-from spatialiq_train.nemo.recipe_values import values_from_recipe
 from spatialiq_train.nemo.runtime import NemoApi, load_api
-from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase, load_recipe_checked, read_settings
+from spatialiq_train.nemo.settings import SECTION, DataPlan, DriverSettings, Phase, read_settings
 from spatialiq_train.nemo.watch import StepWatch
 
 log = logging.getLogger(__name__)
@@ -130,17 +133,39 @@ def check_resume(config: dict[str, Any]) -> Path | None:
 # --- config -----------------------------------------------------------------------------------------------------
 
 
-def plan_for(settings: DriverSettings, phase: Phase, source: Path) -> DataPlan:
-    """The recipe the section names, rebuilt with its overrides, as the data plan of ``phase``."""
+def plan_for(settings: DriverSettings, phase: Phase, source: Path) -> tuple[PhasePlan, DataPlan]:
+    """The phase's plan the section holds, and what the driver reads and applies from it; the plan's reward names
+    are checked against the registry (dotted ``pkg.module:function`` rewards imported, as training does)."""
+    from reward.registry import check_reward_names
+
     if settings.phase != phase:
         raise UserError(f"{source}: {SECTION}.phase is {settings.phase!r}: this config is for `spatialiq nemo "
                         f"{settings.phase}`, not `spatialiq nemo {phase}`")
-    recipe = load_recipe_checked(settings.recipe, settings.recipe_overrides, what=f"{SECTION}.recipe")
+    if not settings.plan:
+        raise UserError(f"{source}: {SECTION}.plan is absent (a config written before the plan was recorded); "
+                        "regenerate it with `spatialiq recipes nemo-rl`")
     try:
-        values = values_from_recipe(recipe)
+        plan = from_record(settings.plan)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{source}: {SECTION}.plan is not a plan record ({exc}); regenerate the config with "
+                        "`spatialiq recipes nemo-rl`") from None
+    if plan.phase != phase:
+        raise UserError(f"{source}: {SECTION}.plan is the {plan.phase!r} phase's, not {phase!r}'s")
+    if phase == "rl":
+        check_reward_names(plan.rl.weights, f"{source}: {SECTION}.plan", import_modules=True)
+    return plan, plan_data(plan, settings.recipe)
+
+
+def check_rows(plan: PhasePlan, data: DataPlan) -> None:
+    """The training split fills one global batch (after data.max_examples and the RL filter), before any work."""
+    from spatialiq_train.core.batch import check_batch_fits
+
+    rows = load_rows(data.traces_dir, data.train_split, data.data_root, plan.phase, data.max_examples)
+    multiplier = plan.rl.batch_multiplier if plan.phase == "rl" and plan.rl.dynamic_sampling else 1
+    try:
+        check_batch_fits(plan.batch, len(rows), data.dataset_name(data.train_split), multiplier)
     except ValueError as exc:
-        raise UserError(f"{source}: {SECTION}.recipe {settings.recipe}: {exc}") from None
-    return plan_data(values, phase, settings.recipe)
+        raise UserError(str(exc)) from None
 
 
 def load_resolved(api: NemoApi, config_path: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
@@ -168,6 +193,17 @@ def load_resolved(api: NemoApi, config_path: str | Path, overrides: Sequence[str
 
 
 # --- run --------------------------------------------------------------------------------------------------------
+
+PLAN_FILE = "plan.json"
+
+
+def write_plan_record(log_dir: Path, plan: PhasePlan) -> None:
+    """Keep the plan the run trains with beside its logs (``<log_dir>/exp_NNN/plan.json``; written whole)."""
+    from spatialiq_train.core.io import atomic_write_text
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(log_dir / PLAN_FILE, json.dumps(plan.record(), indent=2) + "\n")
+
 
 
 def register_environments(api: NemoApi) -> None:
@@ -233,11 +269,19 @@ def _run_rl(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> str | 
 
 
 def _run_sft(api: NemoApi, master: Any, processor: Any, plan: DataPlan) -> None:
+    from spatialiq_train.nemo.early_stop import EarlyStopped, early_stopping
+
     train, val = _datasets(api, plan, "sft", processor, master)
-    (policy, _cluster, train_dataloader, val_dataloader, loss_fn, logger, checkpointer, sft_state,
-     master_config) = api.sft_setup(master, processor, train, val)
-    api.sft_train(policy, train_dataloader, val_dataloader, processor, loss_fn, master_config, logger, checkpointer,
-                  sft_state)
+    with early_stopping(plan.early_stopping_patience, plan.early_stopping_min_delta) as stop:
+        (policy, _cluster, train_dataloader, val_dataloader, loss_fn, logger, checkpointer, sft_state,
+         master_config) = api.sft_setup(master, processor, train, val)
+        if stop is not None:
+            stop.attach(logger)
+        try:
+            api.sft_train(policy, train_dataloader, val_dataloader, processor, loss_fn, master_config, logger,
+                          checkpointer, sft_state)
+        except EarlyStopped as done:
+            log.info("%s", done)
 
 
 def _master(api: NemoApi, phase: Phase, config: dict[str, Any], source: Path) -> Any:
@@ -255,14 +299,15 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) ->
     api = load_api()
     source = Path(config_path)
     config = load_resolved(api, config_path, overrides)
-    plan = plan_for(read_settings(config, source), phase, source)
+    phase_plan, plan = plan_for(read_settings(config, source), phase, source)
     check_contract(config, plan, phase, str(source))
     check_held_out_plan(plan)
     with writing(config):  # one writer per checkpoint folder; incomplete step_N set aside (nemo/checkpoints.py)
-        return _train(api, phase, config, plan, source)
+        return _train(api, phase, config, phase_plan, plan, source)
 
 
-def _train(api: NemoApi, phase: Phase, config: dict[str, Any], plan: DataPlan, source: Path) -> str | None:
+def _train(api: NemoApi, phase: Phase, config: dict[str, Any], phase_plan: PhasePlan, plan: DataPlan,
+           source: Path) -> str | None:
     """`run` once the config is checked and its checkpoint folder held: resume guard, set-up, training."""
     from spatialiq_train.core.processor import apply_pixel_budget
 
@@ -274,7 +319,10 @@ def _train(api: NemoApi, phase: Phase, config: dict[str, Any], plan: DataPlan, s
                                                                                      "val_at_end")):
         raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but the recipe gives no "
                         "validation split (data.eval_split or rl.validation.every_steps is null)")
+    check_rows(phase_plan, plan)  # a split smaller than one batch would train no step: refused before any work
     master.logger["log_dir"] = api.get_next_experiment_dir(master.logger["log_dir"])
+    write_plan_record(Path(master.logger["log_dir"]), phase_plan)
+    os.environ.setdefault("WANDB_MODE", plan.wandb_mode)
     api.init_ray()
     processor = api.get_tokenizer(master.policy["tokenizer"], get_processor=True)
     apply_pixel_budget(processor, plan.min_pixels, plan.max_pixels)

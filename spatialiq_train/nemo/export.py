@@ -8,11 +8,11 @@ from pathlib import Path
 import yaml
 
 from spatialiq_train.core.io import atomic_write_text
-from spatialiq_train.nemo.config import Built, grpo_config, sft_config
+from spatialiq_train.nemo.config import Built, data_parallel, grpo_config, parallelism, sft_config
 from spatialiq_train.nemo.contract import check_held_out_plan, plan_data
 from spatialiq_train.nemo.keys import NemoConfigError, check_config, load_key_set
 from spatialiq_train.nemo.paper import deviations
-from spatialiq_train.nemo.recipe_values import values_from_recipe
+from spatialiq_train.nemo.recipe_values import nemo_plan
 from spatialiq_train.nemo.settings import DriverSettings, Phase, load_recipe_checked, recipe_reference
 
 
@@ -20,8 +20,10 @@ def build(recipe: str | Path, phase: Phase, nodes: int, gpus_per_node: int, *, o
           run_dir: str | None = None) -> Built:
     """The checked config for one phase of `recipe` (a shipped name or a file) with dotted `overrides`.
 
-    The config's `spatialiq` section names exactly this recipe and these overrides, so `spatialiq nemo rl|sft`
-    rebuilds the same recipe. Bad input raises a UserError naming the recipe and what to change.
+    The phase's plan is resolved once for this cluster (`recipe_values.nemo_plan`: ``nodes`` x ``gpus_per_node``
+    GPUs over the policy's tensor-parallel size share the global batch) and mapped to the config; the config's
+    `spatialiq` section holds the plan (what `spatialiq nemo rl|sft` trains with) and names the recipe and its
+    overrides (what the resume guard compares). Bad input raises a UserError naming the recipe and what to change.
     """
     if phase not in ("rl", "sft"):
         raise NemoConfigError(f"--phase {phase!r}: expected rl or sft")
@@ -30,14 +32,19 @@ def build(recipe: str | Path, phase: Phase, nodes: int, gpus_per_node: int, *, o
     source = str(recipe)
     settings = DriverSettings(recipe=recipe_reference(recipe), recipe_overrides=list(overrides), phase=phase)
     rec = load_recipe_checked(recipe, settings.recipe_overrides, what="recipe")
+    par = parallelism(rec.model.name_or_path, gpus_per_node)
+    dp = data_parallel(nodes, gpus_per_node, par.policy_tp)
     try:
-        values = values_from_recipe(rec)
-        make = grpo_config if phase == "rl" else sft_config
-        built = make(values, settings, nodes, gpus_per_node, run_dir)
+        plan = nemo_plan(rec, phase, dp, par.activation_checkpointing)
+    except ValueError as exc:
+        raise NemoConfigError(f"{source}: --nodes {nodes} x --gpus-per-node {gpus_per_node} gives {dp} "
+                              f"data-parallel policy ranks (tensor parallel {par.policy_tp}): {exc}") from None
+    try:
+        built = (grpo_config if phase == "rl" else sft_config)(plan, settings, nodes, gpus_per_node, run_dir)
     except ValueError as exc:
         raise NemoConfigError(f"{source}: {exc}") from None
     check_config(built.config, built.algorithm, source=f"NeMo-RL config generated from {source}")
-    note = check_held_out_plan(plan_data(values, phase, settings.recipe), files_required=False)  # as the driver
+    note = check_held_out_plan(plan_data(plan, settings.recipe), files_required=False)  # as the driver
     if note:
         built.notes.append(note)
     if phase == "rl":

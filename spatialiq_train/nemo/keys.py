@@ -35,6 +35,8 @@ DATASET_ENTRIES = ("data.train", "data.validation", "data.default")
 """Where our dataset keys (contract.PROJECT_DATASET_KEYS: image root, pixel budget, row cap) may appear."""
 PROJECT_KEYS = frozenset({SECTION, *(f"{SECTION}.{k}" for k in DriverSettings.model_fields)})
 """Our own top-level section (settings.DriverSettings): allowed key by key, not free-form."""
+PROJECT_OPEN = frozenset({f"{SECTION}.plan"})
+"""The phase's plan record (`core.plan.PhasePlan.record`): ours, checked by `core.plan.from_record`."""
 PROJECT_REQUIRED = frozenset({SECTION, *(f"{SECTION}.{k}" for k, f in DriverSettings.model_fields.items()
                                          if f.is_required())})
 """The driver refuses a config without them, so the check does too."""
@@ -74,7 +76,7 @@ def load_key_set(algorithm: Algorithm, path: Path = KEYS_FILE) -> KeySet:
         raise NemoConfigError(f"{path}: no key set for algorithm {algorithm!r} (have: {', '.join(sorted(algos))})")
     entry = algos[algorithm]
     return KeySet(algorithm, doc["nemo_rl"].get("tag"), doc["nemo_rl"].get("commit"),
-                  frozenset(_extended(set(entry["keys"]))), frozenset(entry["open"]),
+                  frozenset(_extended(set(entry["keys"]))), frozenset(entry["open"]) | PROJECT_OPEN,
                   frozenset(entry["required"]) | PROJECT_REQUIRED, dict(entry.get("unread", {})))
 
 

@@ -42,6 +42,8 @@ class DriverSettings(BaseModel):
     """Dotted recipe overrides, as `--set` gave them to `spatialiq recipes nemo-rl`."""
     phase: Phase
     """The command this config is for (`spatialiq nemo rl` or `spatialiq nemo sft`)."""
+    plan: dict[str, Any] | None = None
+    """The phase's resolved plan (`core.plan.PhasePlan.record`): what the driver trains with."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,11 @@ class DataPlan:
     advantage_baseline: str = "group_mean"
     advantage_std: str = "group"
     """`rl.advantage` (spatialiq_train.core.advantages): the per-view wrapper computes the advantages with it."""
+    wandb_mode: str = "offline"
+    """`logging.wandb_mode`: the driver sets WANDB_MODE from it (an explicit environment setting wins)."""
+    early_stopping_patience: int | None = None
+    early_stopping_min_delta: float = 0.0
+    """SFT early stopping on the validation loss (`nemo.early_stop`; None: never stop early)."""
 
     def traces_file(self, split: str) -> str:
         """The traces JSONL of one split (`spatialiq traces` writes train/val/warmup/rl.jsonl)."""

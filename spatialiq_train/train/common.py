@@ -1,4 +1,5 @@
-"""Pieces shared by the SFT and RL phases: device choice, policy path, processor, LoRA, checkpoints."""
+"""Pieces shared by the SFT and RL phases: policy path, processor, LoRA, checkpoints. They read the trainer settings
+`train.mapper.trainer_settings` gives from the phase's plan, never the recipe."""
 
 from __future__ import annotations
 
@@ -8,72 +9,26 @@ import os
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.core.recipe_model import Recipe
-
 log = logging.getLogger(__name__)
 
 
-def on_gpu(recipe: Recipe) -> bool:
-    """True when the run uses CUDA (recipe `run.device`, or auto-detected)."""
-    if recipe.run.device == "cpu":
-        return False
-    import torch
-
-    available = torch.cuda.is_available()
-    if recipe.run.device == "cuda" and not available:
-        raise RuntimeError("recipe run.device is 'cuda' but torch sees no CUDA device (set run.device=auto or cpu)")
-    return available
-
-
-def reporting(recipe: Recipe) -> list[str]:
-    """The recipe's `logging.report_to` integrations that are installed."""
+def reporting(settings: dict[str, Any]) -> list[str]:
+    """The plan's `logging.report_to` integrations that are installed (wandb offline unless the recipe asks for
+    online; an explicit environment setting wins)."""
     from spatialiq_train.train.logging import report_to
 
-    return report_to(list(recipe.logging.report_to))
+    integrations = report_to(list(settings["report_to"]))
+    if "wandb" in integrations:
+        os.environ.setdefault("WANDB_MODE", settings["wandb"]["mode"])
+        os.environ.setdefault("WANDB_PROJECT", settings["wandb"]["project"])
+    return integrations
 
 
-def trainer_common(recipe: Recipe, output_dir: Path, gradient_checkpointing: bool | None) -> dict[str, Any]:
-    """TrainingArguments shared by SFTConfig and GRPOConfig."""
-    gpu = on_gpu(recipe)
-    integrations = reporting(recipe)
-    if "wandb" in integrations:  # offline unless the recipe asks for online; an explicit env setting wins
-        os.environ.setdefault("WANDB_MODE", recipe.logging.wandb_mode)
-        os.environ.setdefault("WANDB_PROJECT", recipe.logging.wandb_project)
-    return {
-        "output_dir": str(output_dir),
-        "bf16": gpu and recipe.model.dtype != "float32",
-        "use_cpu": not gpu,
-        "gradient_checkpointing": gpu if gradient_checkpointing is None else gradient_checkpointing,
-        "logging_steps": recipe.logging.logging_steps,
-        "logging_nan_inf_filter": False,  # a NaN loss is logged as NaN, and train.divergence stops the run
-        "save_strategy": "steps",
-        "save_steps": recipe.logging.save_steps,
-        "save_total_limit": recipe.logging.save_total_limit,
-        "save_only_model": False,
-        "report_to": "none",  # the metrics callback reports `integrations` under the namespaced names
-        "seed": recipe.run.seed,
-        "data_seed": recipe.run.seed,
-        "dataloader_num_workers": 0,
-    }
-
-
-def model_init_kwargs(recipe: Recipe) -> dict[str, Any]:
-    import torch
-
-    dtype = recipe.model.dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if on_gpu(recipe) else "float32"
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
-    if recipe.model.attn_implementation:
-        kwargs["attn_implementation"] = recipe.model.attn_implementation
-    return kwargs
-
-
-def base_model_if_built(recipe: Recipe, run_dir: Path) -> str | None:
+def base_model_if_built(settings: dict[str, Any], run_dir: Path) -> str | None:
     """`ensure_base_model` without building: None while the tiny model is not yet built under `run_dir/base`."""
-    if recipe.model.tiny and not (run_dir / "base" / "config.json").is_file():
+    if settings["model"]["tiny"] and not (run_dir / "base" / "config.json").is_file():
         return None
-    return ensure_base_model(recipe, run_dir)
+    return ensure_base_model(settings, run_dir)
 
 
 def check_init_from(value: str) -> str:
@@ -88,23 +43,24 @@ def check_init_from(value: str) -> str:
     return source
 
 
-def ensure_base_model(recipe: Recipe, run_dir: Path) -> str:
+def ensure_base_model(settings: dict[str, Any], run_dir: Path) -> str:
     """Path or hub id of the starting policy; the tiny model is built once under `run_dir/base`."""
-    if not recipe.model.tiny:
-        return recipe.model.name_or_path
+    model = settings["model"]
+    if not model["tiny"]:
+        return model["name_or_path"]
     from spatialiq_train.tiny import save_tiny
 
     base = run_dir / "base"
     if not (base / "config.json").is_file():
-        save_tiny(base, seed=recipe.run.seed)
+        save_tiny(base, seed=model["seed"])
     return str(base)
 
 
-def load_processor_for(recipe: Recipe, model_path: str) -> Any:
-    """The model's processor with the recipe's pixel bounds."""
+def load_processor_for(settings: dict[str, Any], model_path: str) -> Any:
+    """The model's processor with the plan's pixel bounds."""
     from spatialiq_train.core.processor import load_processor
 
-    return load_processor(model_path, recipe.model.min_pixels, recipe.model.max_pixels)
+    return load_processor(model_path, *settings["pixels"])
 
 
 def freeze_vision_tower(model: Any) -> int:
@@ -117,14 +73,14 @@ def freeze_vision_tower(model: Any) -> int:
     return frozen
 
 
-def lora_config(recipe: Recipe) -> Any:
-    if not recipe.model.lora.enabled:
+def lora_config(settings: dict[str, Any]) -> Any:
+    lora = settings["lora"]
+    if lora is None:
         return None
     from peft import LoraConfig
 
-    lora = recipe.model.lora
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                      target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    return LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+                      target_modules=list(lora["target_modules"]), task_type="CAUSAL_LM")
 
 
 def last_checkpoint(output_dir: Path) -> str | None:

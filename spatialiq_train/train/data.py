@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from spatialiq_train.core.traces import Mode, load_examples
 
 if TYPE_CHECKING:
-    from spatialiq_train.core.recipes import Recipe
+    from spatialiq_train.core.plan import PhasePlan
 
 
 def load_split(
@@ -23,23 +23,23 @@ def load_split(
     return examples_to_dataset(load_examples(traces_dir, split, data_root, mode, limit))
 
 
-def load_training_split(recipe: Recipe, split: str, mode: Mode) -> Any:
-    """The phase's training split: ``data.traces_dir``'s, or with ``data.sources`` the replay mix, global batch
-    after global batch in the order of ``core.mixing.mixed_order`` (read in that order: :func:`sampling_args`)."""
-    d = recipe.data
+def training_examples(plan: PhasePlan) -> list[dict[str, Any]]:
+    """The phase's training rows: ``data.traces_dir``'s split, or with ``data.sources`` the replay mix, global batch
+    after global batch in the order of ``core.mixing.mixed_order`` (read in that order: the mapper's sequential
+    sampler)."""
+    d = plan.data
     if not d.sources:
-        return load_split(d.traces_dir, split, d.data_root, mode, d.max_examples)
-    from spatialiq_train.core.mixing import mixed_examples
+        return load_examples(d.traces_dir, d.train_split, d.data_root, plan.phase, d.max_examples)
+    from spatialiq_train.core.mixing import TraceSource, mixed_examples
 
-    batch = recipe.sft.optimizer.global_batch_size if mode == "sft" else recipe.rl.prompts_per_step
-    return examples_to_dataset(mixed_examples(d.sources, split, d.data_root, mode, batch or 1, recipe.run.seed,
-                                              d.max_examples))
+    batch = plan.batch.global_batch if plan.phase == "sft" else plan.batch.prompts_per_step
+    return mixed_examples([TraceSource(**s) for s in d.sources], d.train_split, d.data_root, plan.phase, batch or 1,
+                          plan.logging.seed, d.max_examples)
 
 
-def sampling_args(recipe: Recipe) -> dict[str, Any]:
-    """Trainer arguments that keep a mixed split's order (each optimizer step reads the next global batch): the
-    sequential sampler (SFT) and no shuffle (GRPO's repeat sampler). Nothing without ``data.sources``."""
-    return {"train_sampling_strategy": "sequential", "shuffle_dataset": False} if recipe.data.sources else {}
+def load_training_split(plan: PhasePlan) -> Any:
+    """:func:`training_examples` as a `datasets.Dataset`."""
+    return examples_to_dataset(training_examples(plan))
 
 
 def examples_to_dataset(examples: list[dict[str, Any]]) -> Any:

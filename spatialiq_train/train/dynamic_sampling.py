@@ -4,7 +4,9 @@ TRL 1.16 has no dynamic sampling (zero-variance groups only get advantage 0 but 
 normaliser). `DynamicSamplingGRPOTrainer` overrides one hook, `_generate_and_score_completions`: it generates and
 scores a batch with the parent implementation (whose advantages are the recipe's, `train.advantages`), keeps the
 groups that `core.groups.filter_groups` accepts (the rule NeMo-RL runs use too), and generates again for freshly drawn
-prompts until the batch is full or `max_refill_rounds` extra rounds were spent (verl's `max_num_gen_batches`). Slots
+prompts until the batch is full or `max_refill_rounds` extra rounds were spent (verl's `max_num_gen_batches`). Each
+generation draws `batch_multiplier` x the step's prompts (the recipe's draw size, NeMo-RL's `grpo.batch_multiplier`:
+the first adds (m - 1) x the step's prompts to the sampler's, a refill draws m x). Slots
 still empty after the cap are filled with dropped groups whose loss mask is zeroed, so they carry no gradient and do
 not enter the normaliser. The per-function rewards that decide the filter are those
 `train.advantages.RecipeAdvantageMixin` keeps from `_calculate_rewards`. With `frozen`, `training_step` generates and
@@ -146,6 +148,7 @@ class DynamicSamplingMixin:
         *args: Any,
         dynamic_sampling: bool = True,
         max_refill_rounds: int = 10,
+        batch_multiplier: int = 1,
         filter_reward_mask: Sequence[bool] | None = None,
         refill_seed: int | None = None,
         frozen: bool = False,
@@ -155,6 +158,7 @@ class DynamicSamplingMixin:
         self.frozen = frozen
         self.dynamic_sampling = dynamic_sampling
         self.max_refill_rounds = max_refill_rounds
+        self.batch_multiplier = batch_multiplier
         n_funcs = len(self.reward_funcs)
         self.filter_reward_mask = list(filter_reward_mask) if filter_reward_mask is not None else [True] * n_funcs
         if len(self.filter_reward_mask) != n_funcs:
@@ -236,9 +240,14 @@ class DynamicSamplingMixin:
         """Generate, score and filter; refill from new prompts until every rank has `target` groups or the cap."""
         from trl.trainer.utils import split_pixel_values_by_grid
 
-        g = self.num_generations
+        g, m = self.num_generations, self.batch_multiplier
         got = _Collected()
         batch = inputs
+        if m > 1:  # the draw size: the step's prompts and (m - 1) x as many more, from refill slot 0
+            idx, extra = self._draw_refill(target * m, key, 0)
+            drop = (m - 1) * target
+            batch, idx = list(inputs) + extra[: drop * g], idx[:drop]
+            got.drawn.append(idx)
         while True:
             out = split_pixel_values_by_grid(super()._generate_and_score_completions(batch))
             mask = filter_groups(self._filter_rewards(len(batch)), g)
@@ -250,7 +259,8 @@ class DynamicSamplingMixin:
             got.last, got.last_mask = out, mask
             if self._all_ranks_full(target - got.n_kept) or got.rounds >= self.max_refill_rounds:
                 return got
-            idx, batch = self._draw_refill(target, key, got.rounds)
+            # a refill round draws m x the step's prompts (slots after the first draw's when m > 1)
+            idx, batch = self._draw_refill(target * m, key, got.rounds + (m > 1))
             got.drawn.append(idx)
             got.rounds += 1
 

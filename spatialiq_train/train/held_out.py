@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spatialiq_train.core.recipe_model import Recipe
 
-
-def check_validation_held_out(recipe: Recipe, training_splits: Sequence[str]) -> None:
-    """When a phase validates, `data.eval_split` shares no structure with `training_splits` (the trace files of the
-    phases about to train); else a `splits.HeldOutError` naming the files and the count of shared structures."""
+def check_validation_held_out(traces_dir: str, eval_split: str | None, training_splits: Sequence[str]) -> None:
+    """When a phase validates on `eval_split` (None: no phase validates), it shares no structure with
+    `training_splits` (the trace files of the phases about to train); else a `splits.HeldOutError` naming the files
+    and the count of shared structures."""
     from spatialiq_train.core.splits import check_held_out
 
-    d = recipe.data
-    validates = any(getattr(recipe, name).validation.every_steps is not None for name in ("sft", "rl"))
-    if validates and d.eval_split is not None:
-        check_held_out(d.traces_dir, d.eval_split, training_splits)
+    if eval_split is not None:
+        check_held_out(traces_dir, eval_split, training_splits)

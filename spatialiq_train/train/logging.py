@@ -18,6 +18,7 @@ from typing import Any
 
 from spatialiq_train.core import metrics as m
 from spatialiq_train.core.io import atomic_write_text
+from spatialiq_train.core.learning import total_reward
 from spatialiq_train.core.metrics import read_metrics
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 ACCURACY_REWARD = m.ACCURACY_REWARD
 """Name of the weight-0 reward function whose mean is the exact-match accuracy."""
 
+SHAPED_TOTAL = "shaped_total"
+"""TRL's own weighted sum of every reward function, the overlong shaping included; ``reward/total/mean`` is the
+unshaped total both engines log (`core.learning.total_reward`)."""
 TRL_NAMES: dict[str, str] = {
     "loss": m.TRAIN_LOSS,
     "learning_rate": m.TRAIN_LEARNING_RATE,
@@ -39,8 +43,8 @@ TRL_NAMES: dict[str, str] = {
     "completions/min_length": m.ROLLOUT_LENGTH_MIN,
     "completions/max_length": m.ROLLOUT_LENGTH_MAX,
     "completions/clipped_ratio": m.ROLLOUT_CLIPPED_SHARE,
-    "reward": m.REWARD_TOTAL_MEAN,
-    "reward_std": m.REWARD_TOTAL_STD,
+    "reward": m.reward_metric(SHAPED_TOTAL, "mean"),
+    "reward_std": m.reward_metric(SHAPED_TOTAL, "std"),
 }
 """TRL's log name -> the table's name."""
 
@@ -118,9 +122,10 @@ def _callback_base() -> type:
 
 
 def make_metrics_callback(path: str | Path, phase: str, integrations: list[str] | None = None,
-                          wandb_project: str = "spatialiq") -> Any:
+                          wandb_project: str = "spatialiq", weights: dict[str, float] | None = None) -> Any:
     """A `TrainerCallback` appending one namespaced JSON row per log event to `path`, and sending the same row to
-    the installed `integrations` (tensorboard under `path`'s folder /runs, wandb)."""
+    the installed `integrations` (tensorboard under `path`'s folder /runs, wandb). With the RL phase's reward
+    ``weights`` it adds ``reward/total/mean`` (and ``eval/reward/total/mean``): `core.learning.total_reward`."""
 
     class MetricsJsonlCallback(_callback_base()):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -143,6 +148,10 @@ def make_metrics_callback(path: str | Path, phase: str, integrations: list[str] 
             if not state.is_world_process_zero or not logs or "train_runtime" in logs:
                 return
             values = namespaced(logs)
+            for prefix in ("", "eval/"):
+                total = total_reward(values, weights, prefix) if weights else None
+                if total is not None:
+                    values[prefix + m.REWARD_TOTAL_MEAN] = total
             now = time.perf_counter()
             tokens = values.get(m.TRAIN_NUM_TOKENS)
             if tokens is not None and self._tokens is not None and now > self._t:

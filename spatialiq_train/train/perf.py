@@ -98,7 +98,7 @@ def make_perf_callback() -> Any:
     return PerfCallback()
 
 
-def attach_perf(trainer: Any, phase: str, recipe: Any, plan: Any) -> Any:
+def attach_perf(trainer: Any, plan: Any) -> Any:
     """Configure the trainer's perf callback (model size, FLOP factor, devices, peak) and, for RL, time the
     generation; returns the callback (None when the trainer has none)."""
     cb = next((c for c in trainer.callback_handler.callbacks if type(c).__name__ == "PerfCallback"), None)
@@ -107,10 +107,10 @@ def attach_perf(trainer: Any, phase: str, recipe: Any, plan: Any) -> Any:
     cb.parameters = count_parameters(trainer.model)
     cb.devices = plan.batch.world_size
     cb.peak = tp.peak_tflops(device_name())
-    if phase == "rl":
+    if plan.phase == "rl":
         args = trainer.args
         cb.rl = True
-        cb.factor = tp.rl_flops_factor_trl(recipe.rl.beta, args.gradient_accumulation_steps,
+        cb.factor = tp.rl_flops_factor_trl(plan.rl.beta, args.gradient_accumulation_steps,
                                            args.steps_per_generation, args.num_iterations,
                                            bool(getattr(args, "use_vllm", False)
                                                 and getattr(args, "vllm_importance_sampling_correction", False)))

@@ -1,8 +1,10 @@
-"""One training phase, used by SFT and RL alike: TRL arguments from the recipe, the trainer with our callbacks,
-validation and early stopping, the warm-start schedule, resume, train and export.
+"""One training phase, used by SFT and RL alike: the phase's plan (`core.plan`, decided once on this machine by
+`train.plan.machine_plan`), the TRL config and trainer settings it maps to (`train.mapper`), the trainer with our
+callbacks, validation and early stopping, the warm-start schedule, resume, train and export.
 
-A phase is described by a `PhaseSpec`: its name (`sft` or `rl`, also the recipe section it reads), the trace
-split it trains on, the TRL config class and a function that builds the TRL trainer. Everything else is shared.
+A phase is described by a `PhaseSpec`: its name (`sft` or `rl`), the TRL config class and a function that builds
+the TRL trainer from the plan. Everything else is shared, and reads the plan, never the recipe's fields (the recipe
+itself is compared with the folder's record, whole, by `train.record`).
 """
 
 from __future__ import annotations
@@ -14,17 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from spatialiq_train.core.recipe_model import OptimizerSection, PhaseSection, Recipe, ValidationSection
-from spatialiq_train.train import common
-from spatialiq_train.train.data import sampling_args
-from spatialiq_train.train.plan import PhasePlan, gpu_phase_plan, phase_plan, write_plan
+from spatialiq_train.core.plan import PhasePlan
+from spatialiq_train.core.recipe_model import Recipe
+from spatialiq_train.train import common, mapper
+from spatialiq_train.train.plan import machine_plan, write_plan
 
 log = logging.getLogger(__name__)
 
 PhaseName = Literal["sft", "rl"]
-NOT_TRL_ARGS = ("warmup_start_factor", "gradient_checkpointing", "global_batch_size", "micro_batch_size")
-"""Optimizer keys that are not passed to TRL under their own name (the phase applies them; the batch keys become
-TRL's per-device batch and accumulation through `train.plan`)."""
 
 
 @dataclass(frozen=True)
@@ -34,53 +33,23 @@ class PhaseSpec:
     name: PhaseName
     config_class: Callable[..., Any]
     """trl.SFTConfig or trl.GRPOConfig (or a function with its keyword arguments)."""
-    phase_kwargs: Callable[[Recipe], dict[str, Any]]
-    """The config arguments only this phase has (completion-only loss; GRPO's clip, KL, rollout keys ...)."""
     make_trainer: Callable[..., Any]
-    """(model_path, args, train_dataset, eval_dataset, processor, callbacks) -> TRL trainer."""
-    eval_batch_size: Callable[[Recipe, PhasePlan], int]
+    """(plan, model_path, args, train_dataset, eval_dataset, processor, callbacks) -> TRL trainer."""
+    reward_weights: list[float] | None = None
+    """RL with the caller's own reward functions: their weights (None: the plan's reward terms)."""
+    total_weights: dict[str, float] | None = None
+    """RL with the caller's own reward functions: name -> weight of those the total reward sums (None: the plan's
+    ``reward.weights``)."""
 
 
-def section_of(recipe: Recipe, name: PhaseName) -> PhaseSection:
-    return recipe.sft if name == "sft" else recipe.rl
+def phase_config(spec: PhaseSpec, plan: PhasePlan, output_dir: str | Path) -> Any:
+    """The TRL config of the phase: `train.mapper.config_kwargs` of the plan, in TRL's config class."""
+    import torch
 
-
-def split_of(recipe: Recipe, name: PhaseName) -> str:
-    return recipe.data.sft_split if name == "sft" else recipe.data.rl_split
-
-
-def optimizer_args(opt: OptimizerSection) -> dict[str, Any]:
-    """The optimizer section as TrainingArguments keywords (same names, one to one)."""
-    return opt.model_dump(exclude=set(NOT_TRL_ARGS))
-
-
-def validation_args(val: ValidationSection, eval_batch_size: int) -> dict[str, Any]:
-    """Evaluation keywords: every `every_steps` steps; with early stopping, the best checkpoint (lowest
-    eval_loss) is kept and loaded at the end."""
-    if val.every_steps is None:
-        return {"eval_strategy": "no"}
-    out: dict[str, Any] = {"eval_strategy": "steps", "eval_steps": val.every_steps,
-                           "per_device_eval_batch_size": eval_batch_size}
-    if val.early_stopping_patience is not None:
-        out.update(metric_for_best_model="eval_loss", greater_is_better=False, load_best_model_at_end=True)
-    return out
-
-
-def phase_config(spec: PhaseSpec, recipe: Recipe, output_dir: str | Path, plan: PhasePlan | None = None) -> Any:
-    """The TRL config of the phase: shared TrainingArguments, the optimizer section, the batch and efficiency
-    settings of `plan` (default: `train.plan.phase_plan` for this process count, no memory plan), validation,
-    phase keys."""
-    section = section_of(recipe, spec.name)
-    plan = plan or phase_plan(recipe, spec.name, gpu=common.on_gpu(recipe))
-    return spec.config_class(
-        **common.trainer_common(recipe, Path(output_dir), plan.gradient_checkpointing),
-        **optimizer_args(section.optimizer),
-        **plan.trl_args(),
-        **validation_args(section.validation, spec.eval_batch_size(recipe, plan)),
-        **spec.phase_kwargs(recipe),
-        **sampling_args(recipe),
-        model_init_kwargs=common.model_init_kwargs(recipe),
-    )
+    kwargs = mapper.config_kwargs(plan, str(output_dir), spec.reward_weights)
+    init = dict(kwargs["model_init_kwargs"])
+    init["dtype"] = getattr(torch, init["dtype"])
+    return spec.config_class(**{**kwargs, "model_init_kwargs": init})
 
 
 def warmup_factor(step: int, warmup_steps: int, start_factor: float) -> float:
@@ -88,6 +57,40 @@ def warmup_factor(step: int, warmup_steps: int, start_factor: float) -> float:
     if warmup_steps <= 0 or step >= warmup_steps:
         return 1.0
     return start_factor + (1.0 - start_factor) * step / warmup_steps
+
+
+class WholeBatches:
+    """A sampler's indices cut to whole global batches each epoch: the epoch's tail that fills none is left out (the
+    next epoch reshuffles), so every optimizer step trains the recipe's global batch on any number of processes and
+    with any accumulation, as v0.7.0's ``drop_last`` loaders do."""
+
+    def __init__(self, sampler: Any, global_batch: int) -> None:
+        self.sampler, self.global_batch = sampler, global_batch
+
+    def __len__(self) -> int:
+        return len(self.sampler) // self.global_batch * self.global_batch
+
+    def __iter__(self) -> Any:
+        keep = len(self)
+        for i, index in enumerate(self.sampler):
+            if i >= keep:
+                return
+            yield index
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+
+def whole_global_batches(trainer: Any, global_batch: int) -> None:
+    """Make the trainer's training sampler yield whole global batches only (:class:`WholeBatches`)."""
+    original = trainer._get_train_sampler
+
+    def sampler(*args: Any, **kwargs: Any) -> Any:
+        inner = original(*args, **kwargs)
+        return None if inner is None else WholeBatches(inner, global_batch)
+
+    trainer._get_train_sampler = sampler
 
 
 def install_warm_start(trainer: Any, start_factor: float) -> None:
@@ -105,25 +108,27 @@ def install_warm_start(trainer: Any, start_factor: float) -> None:
     trainer.create_scheduler = create_scheduler
 
 
-def _phase_callbacks(recipe: Recipe, name: PhaseName, out: Path) -> list[Any]:
+def _phase_callbacks(spec: PhaseSpec, plan: PhasePlan, settings: dict[str, Any], out: Path) -> list[Any]:
     from spatialiq_train.train.divergence import make_divergence_callback
     from spatialiq_train.train.logging import make_metrics_callback
     from spatialiq_train.train.perf import make_perf_callback
 
-    callbacks = [make_perf_callback(), make_metrics_callback(out / "metrics.jsonl", name, common.reporting(recipe),
-                                                             recipe.logging.wandb_project),
-                 make_divergence_callback(name)]
-    val = section_of(recipe, name).validation
-    if val.early_stopping_patience is not None:
+    weights = spec.total_weights or ({name: w for name, w, own in mapper.reward_terms(plan) if own}
+                                      if plan.phase == "rl" else None)
+    callbacks = [make_perf_callback(), make_metrics_callback(out / "metrics.jsonl", plan.phase,
+                                                             common.reporting(settings),
+                                                             settings["wandb"]["project"], weights),
+                 make_divergence_callback(plan.phase)]
+    if settings["early_stopping"] is not None:
         from transformers import EarlyStoppingCallback
 
-        callbacks.append(EarlyStoppingCallback(val.early_stopping_patience, val.early_stopping_min_delta))
+        callbacks.append(EarlyStoppingCallback(*settings["early_stopping"]))
     return callbacks
 
 
 def build_phase_trainer(
     spec: PhaseSpec,
-    recipe: Recipe,
+    recipe: Recipe | None,
     model_path: str,
     train_dataset: Any,
     output_dir: str | Path,
@@ -131,52 +136,57 @@ def build_phase_trainer(
     callbacks: list[Any] | None = None,
     plan: PhasePlan | None = None,
 ) -> tuple[Any, Any]:
-    """(trainer, processor) for the phase, `model_path` being the policy to start from; `plan` the batch and
-    efficiency settings (default: `train.plan.gpu_phase_plan` on this machine)."""
+    """(trainer, processor) for the phase, `model_path` being the policy to start from; `plan` the phase's plan
+    (default: `train.plan.machine_plan` of `recipe` on this machine)."""
     from spatialiq_train.core.versions import check_versions
 
     check_versions("trl", "transformers", *(("vllm",) if spec.name == "rl" else ()), "deepspeed")
     out = Path(output_dir)
-    processor = common.load_processor_for(recipe, model_path)
-    plan = plan or gpu_phase_plan(recipe, spec.name, model_path)
+    plan = plan or machine_plan(recipe, spec.name, model_path)  # type: ignore[arg-type]
+    settings = mapper.trainer_settings(plan)
+    processor = common.load_processor_for(settings, model_path)
     log.info("%s", plan.describe())
-    args = phase_config(spec, recipe, out, plan)
-    all_callbacks = [*_phase_callbacks(recipe, spec.name, out), *(callbacks or [])]
-    trainer = spec.make_trainer(model_path, args, train_dataset, eval_dataset, processor, all_callbacks)
+    args = phase_config(spec, plan, out)
+    all_callbacks = [*_phase_callbacks(spec, plan, settings, out), *(callbacks or [])]
+    trainer = spec.make_trainer(plan, model_path, args, train_dataset, eval_dataset, processor, all_callbacks)
     trainer.spatialiq_plan = plan  # read by run_phase (the plan record) and the perf callback
     from spatialiq_train.train.perf import attach_perf
 
-    attach_perf(trainer, spec.name, recipe, plan)
+    attach_perf(trainer, plan)
     from spatialiq_train.train.export import check_exportable
 
     check_exportable(trainer)  # before training: a ZeRO-3 run whose weights could not be saved is refused now
     # TRL writes a boilerplate model card (README.md, "fine-tuned version of [None]") into the run folder at every
     # checkpoint; the card of a trained model is `spatialiq release`'s
     trainer.create_model_card = lambda *args, **kwargs: None
-    if recipe.model.freeze_vision:
+    if settings["freeze_vision"]:
         common.freeze_vision_tower(trainer.model)
-    start = section_of(recipe, spec.name).optimizer.warmup_start_factor
-    if start > 0:
-        install_warm_start(trainer, start)
+    if plan.phase == "sft":  # GRPO's repeat sampler already yields whole generation batches only
+        whole_global_batches(trainer, plan.batch.global_batch)
+    if settings["warmup_start_factor"] > 0:
+        install_warm_start(trainer, settings["warmup_start_factor"])
     return trainer, processor
 
 
-def phase_datasets(recipe: Recipe, name: PhaseName, train_dataset: Any, eval_dataset: Any) -> tuple[Any, Any]:
-    """The phase's training split and, when it validates, its validation rows (defaults from the recipe)."""
+def phase_datasets(plan: PhasePlan, train_dataset: Any, eval_dataset: Any) -> tuple[Any, Any]:
+    """The phase's training split and, when it validates, its validation rows (defaults from the plan); a global
+    batch the training rows cannot fill once is refused (`core.batch.check_batch_fits`)."""
+    from spatialiq_train.core.batch import check_batch_fits
     from spatialiq_train.train.data import load_split, load_training_split
 
-    d = recipe.data
+    d = plan.data
     trains_on_traces = train_dataset is None
     if train_dataset is None:
-        train_dataset = load_training_split(recipe, split_of(recipe, name), name)
-    val = section_of(recipe, name).validation
-    if eval_dataset is None and val.every_steps is not None and d.eval_split is not None:
+        train_dataset = load_training_split(plan)
+    check_batch_fits(plan.batch, len(train_dataset), f"the {d.train_split!r} split", plan.rl.batch_multiplier
+                     if plan.phase == "rl" and plan.rl.dynamic_sampling else 1)
+    if eval_dataset is None and d.eval_split is not None:
         if trains_on_traces:  # both splits come from trace files: validation must share no structure with training
             from spatialiq_train.train.held_out import check_validation_held_out
 
-            check_validation_held_out(recipe, [split_of(recipe, name)])
-        limit = min(x for x in (val.max_samples, d.max_examples, 1 << 62) if x is not None)
-        eval_dataset = load_split(d.traces_dir, d.eval_split, d.data_root, name, limit)
+            check_validation_held_out(d.traces_dir, d.eval_split, [d.train_split])
+        limit = min(x for x in (plan.validation.max_samples, d.max_examples, 1 << 62) if x is not None)
+        eval_dataset = load_split(d.traces_dir, d.eval_split, d.data_root, plan.phase, limit)
     return train_dataset, eval_dataset
 
 
@@ -204,7 +214,8 @@ def run_phase(
 
     out = Path(output_dir)
     final = Path(final_dir) if final_dir else out / "final"
-    budget = completion.budget_of(section_of(recipe, spec.name).optimizer)
+    plan = machine_plan(recipe, spec.name)  # the values; the GPU memory plan is added once the model is known
+    budget = completion.budget_of(plan.optimizer)
     marker = completion.read_marker(out, budget)
     ready = completion.final_ready(final)
     # settings first: a finished phase's larger budget is left to `completion.decide`, which says how to extend
@@ -216,12 +227,14 @@ def run_phase(
     from spatialiq_train.core import run_folder
 
     from_files = train_dataset is None  # datasets given in code are not recorded (nothing to compare on resume)
-    train_dataset, eval_dataset = phase_datasets(recipe, spec.name, train_dataset, eval_dataset)  # before creating
-    data = run_folder.check_same_data(out, recipe, spec.name, common.last_checkpoint(out) is not None) \
-        if from_files else None
+    train_dataset, eval_dataset = phase_datasets(plan, train_dataset, eval_dataset)  # before creating anything
+    data = run_folder.check_same_data(out, plan, common.last_checkpoint(out) is not None) if from_files else None
     out.mkdir(parents=True, exist_ok=True)
-    model_path = model_path or common.ensure_base_model(recipe, out)
-    trainer, processor = build_phase_trainer(spec, recipe, model_path, train_dataset, out, eval_dataset, callbacks)
+    model_path = model_path or common.ensure_base_model(mapper.trainer_settings(plan), out)
+    if plan.execution.device == "cuda":
+        plan = machine_plan(recipe, spec.name, model_path)  # the memory plan reads the model's shape
+    trainer, processor = build_phase_trainer(spec, None, model_path, train_dataset, out, eval_dataset, callbacks,
+                                             plan)
     resume = common.resume_from(trainer, out)
     if resume:
         log.info("resuming %s from %s", spec.name, resume)

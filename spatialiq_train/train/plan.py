@@ -1,8 +1,8 @@
-"""What a phase runs on this hardware: the recipe's global batch split over the processes (`core.batch`) and the
-GPU efficiency settings (micro-batch sized to memory, Liger kernels, gradient checkpointing), decided once per
-phase, shown at the start of the run and kept beside the recipe record as ``plan.json``.
+"""What a phase runs on this machine: the hardware decided once (`core.plan.Hardware`: GPU or CPU, the processes,
+Liger and vLLM importable, the model's shape and the device's memory for the memory plan) and the phase's resolved
+plan on it (`core.plan.resolve`), shown at the start of the run and kept beside the recipe record as ``plan.json``.
 
-Each efficiency setting is optional and recorded with why it was chosen:
+The efficiency settings the plan decides, each recorded with where it came from:
 
 - micro-batch: the recipe's ``*.optimizer.micro_batch_size``; else on a GPU the memory plan's largest that fits
   (`core.memory_plan`), on the CPU each process's whole share;
@@ -13,7 +13,7 @@ Each efficiency setting is optional and recorded with why it was chosen:
   fused LM head, which TRL always uses and which refuses Liger's (so that Liger kernel stays off);
 - padding-free batches: not available. TRL 1.16's SFTTrainer refuses ``padding_free`` for vision datasets, and its
   GRPOTrainer has no padding-free path; Qwen2.5-VL's 3-D rotary positions come from ``get_rope_index`` over a
-  padded batch. Recorded as off, with that reason.
+  padded batch. Recorded as off (`core.plan.PADDING_FREE_REASON`).
 """
 
 from __future__ import annotations
@@ -21,24 +21,16 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from spatialiq_train.core.batch import BatchPlan, rl_batch, sft_batch
-from spatialiq_train.core.memory_plan import MemoryPlan, ModelShape, plan_micro_batch
+from spatialiq_train.core.memory_plan import ModelShape
+from spatialiq_train.core.plan import PhasePlan
 from spatialiq_train.core.recipe_model import Recipe
+from spatialiq_train.core.resolve import Hardware, resolve
 
 log = logging.getLogger(__name__)
 
 PLAN_FILE = "plan.json"
-PROMPT_TEXT_TOKENS = 256
-"""Memory plan: text tokens assumed per prompt besides its image (system prompt, instruction, question)."""
-PADDING_FREE_REASON = ("TRL 1.16 refuses padding_free for vision datasets (SFTTrainer) and GRPOTrainer has no "
-                       "padding-free batches; Qwen2.5-VL's 3-D rotary positions are computed over the padded batch")
-LIGER_CONFIG = {"rope": True, "rms_norm": True, "swiglu": True, "cross_entropy": False,
-                "fused_linear_cross_entropy": False}
-"""Liger kernels applied to Qwen2.5-VL (transformers' `liger_kernel_config`); the loss stays TRL's fused LM head."""
 
 
 def world_size() -> int:
@@ -57,61 +49,6 @@ def liger_importable() -> bool:
     return importlib.util.find_spec("liger_kernel") is not None
 
 
-@dataclass(frozen=True)
-class PhasePlan:
-    """The batch split and the efficiency settings of one phase on this hardware."""
-
-    batch: BatchPlan
-    gradient_checkpointing: bool
-    gradient_checkpointing_source: str
-    liger_kernel: bool
-    liger_source: str
-    padding_free: bool = False
-    padding_free_reason: str = PADDING_FREE_REASON
-    memory: MemoryPlan | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def trl_args(self) -> dict[str, Any]:
-        """Batch and kernel keywords for TRL (gradient checkpointing goes through `common.trainer_common`)."""
-        out = self.batch.trl_args()
-        if self.liger_kernel:
-            out.update(use_liger_kernel=True, liger_kernel_config=dict(LIGER_CONFIG))
-        return out
-
-    def record(self) -> dict[str, Any]:
-        return {"batch": self.batch.record(),
-                "gradient_checkpointing": {"on": self.gradient_checkpointing,
-                                           "source": self.gradient_checkpointing_source},
-                "liger_kernel": {"on": self.liger_kernel, "source": self.liger_source,
-                                 "kernels": LIGER_CONFIG if self.liger_kernel else {}},
-                "padding_free": {"on": self.padding_free, "reason": self.padding_free_reason},
-                "memory_plan": self.memory.record() if self.memory else None}
-
-    def describe(self) -> str:
-        extra = [f"gradient checkpointing {'on' if self.gradient_checkpointing else 'off'} "
-                 f"({self.gradient_checkpointing_source})",
-                 f"Liger kernels {'on' if self.liger_kernel else 'off'} ({self.liger_source})"]
-        if self.memory is not None:
-            extra.append(f"memory plan ~{self.memory.estimate_gib:.0f} of {self.memory.device_gib:.0f} GiB")
-        return f"{self.batch.describe()}; {'; '.join(extra)}"
-
-
-def _liger(recipe: Recipe, gpu: bool) -> tuple[bool, str]:
-    wanted = recipe.model.liger_kernel
-    if wanted is False:
-        return False, "model.liger_kernel false"
-    if wanted and not liger_importable():
-        raise RuntimeError("model.liger_kernel is true but liger_kernel is not installed (pip install "
-                           "'spatialiq-train[gpu]' or liger-kernel), or set model.liger_kernel=null")
-    if wanted:
-        return True, "model.liger_kernel true"
-    if not gpu:
-        return False, "CPU run (Liger's kernels are Triton GPU kernels)"
-    if not liger_importable():
-        return False, "liger_kernel is not installed"
-    return True, "GPU run with liger_kernel installed"
-
-
 def model_shape(model_path: str) -> ModelShape:
     """The decoder shape and parameter count of the model at ``model_path``, built on the meta device (no
     weights read)."""
@@ -124,77 +61,39 @@ def model_shape(model_path: str) -> ModelShape:
     return ModelShape.from_config(config, sum(p.numel() for p in model.parameters()))
 
 
-def sequence_tokens_estimate(recipe: Recipe, phase: str) -> int:
-    """Tokens per training sequence the memory plan assumes: one view at the recipe's pixel budget, the prompt's
-    text and the completion (RL: the new-token budget; SFT: max_length when set, else the new-token budget)."""
-    from spatialiq_train.core.processor import FACTOR
-
-    image = recipe.model.max_pixels // (FACTOR * FACTOR)
-    if phase == "sft" and recipe.sft.max_length is not None:
-        return recipe.sft.max_length
-    return image + PROMPT_TEXT_TOKENS + recipe.generation.max_completion_length
-
-
 def zero3() -> bool:
     """Whether accelerate launched this process under DeepSpeed ZeRO stage 3 (its environment says so)."""
     return (os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
             and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3")
 
 
+def on_gpu(recipe: Recipe) -> bool:
+    """True when the run uses CUDA (recipe `run.device`, or auto-detected)."""
+    if recipe.run.device == "cpu":
+        return False
+    import torch
+
+    available = torch.cuda.is_available()
+    if recipe.run.device == "cuda" and not available:
+        raise RuntimeError("recipe run.device is 'cuda' but torch sees no CUDA device (set run.device=auto or cpu)")
+    return available
+
+
 def phase_plan(recipe: Recipe, phase: str, *, gpu: bool, world: int | None = None,
                shape: ModelShape | None = None, device_bytes: float | None = None,
                tokens_per_sequence: int | None = None, state_shards: int = 1) -> PhasePlan:
-    """The phase's plan. On a GPU with no micro-batch or checkpointing in the recipe, ``shape`` and
-    ``device_bytes`` feed the memory plan (without them: micro-batch 1 and checkpointing on, as before)."""
-    world = world_size() if world is None else world
-    section = recipe.sft if phase == "sft" else recipe.rl
-    opt = section.optimizer
-    liger, liger_source = _liger(recipe, gpu)
-
-    def split(micro: int | None, source: Any = None) -> BatchPlan:
-        if phase == "sft":
-            return sft_batch(opt.global_batch_size or 0, world, micro, source)
-        return rl_batch(recipe.rl.prompts_per_step or 0, recipe.rl.num_generations, world, micro, source)
-
-    whole = split(None)
-    memory = None
-    micro, micro_source = opt.micro_batch_size, None
-    ckpt, ckpt_source = opt.gradient_checkpointing, "recipe"
-    if gpu and (micro is None or ckpt is None):
-        if shape is not None and device_bytes:
-            trainable = 0.0 if recipe.model.lora.enabled else 1.0
-            reference = phase == "rl" and recipe.rl.beta != 0
-            tokens = tokens_per_sequence or sequence_tokens_estimate(recipe, phase)
-            common = {"trainable_share": trainable, "reference": reference, "liger": liger,
-                      "state_shards": state_shards}
-            if micro is not None:  # the recipe's micro-batch: checkpointing only if it does not fit without
-                bare = plan_micro_batch(shape, micro, tokens, device_bytes, checkpointing=False, **common)
-                needs = bare.micro_batch < micro or not bare.fits
-                memory = plan_micro_batch(shape, micro, tokens, device_bytes,
-                                          checkpointing=needs if ckpt is None else ckpt, **common)
-            else:
-                memory = plan_micro_batch(shape, whole.per_process, tokens, device_bytes, checkpointing=ckpt,
-                                          **common)
-                micro, micro_source = memory.micro_batch, "memory plan"
-            if ckpt is None:
-                ckpt, ckpt_source = memory.gradient_checkpointing, "memory plan"
-        else:
-            micro = micro if micro is not None else 1
-            micro_source = None if opt.micro_batch_size is not None else "GPU default"
-            if ckpt is None:
-                ckpt, ckpt_source = True, "GPU default without a memory plan (model shape or memory unknown)"
-    if ckpt is None:
-        ckpt, ckpt_source = False, "CPU default"
-    batch = split(micro, micro_source)
-    return PhasePlan(batch, bool(ckpt), ckpt_source, liger, liger_source, memory=memory)
+    """The phase's plan on the hardware described by the arguments (a dry run's preview, or a test's)."""
+    hw = Hardware(gpu=gpu, world_size=world_size() if world is None else world, liger_importable=liger_importable(),
+                  vllm_importable=importlib.util.find_spec("vllm") is not None, shape=shape,
+                  device_bytes=device_bytes, state_shards=state_shards, tokens_per_sequence=tokens_per_sequence)
+    return resolve(recipe, phase, hw)  # type: ignore[arg-type]
 
 
-def gpu_phase_plan(recipe: Recipe, phase: str, model_path: str | None) -> PhasePlan:
-    """:func:`phase_plan` on this machine: a GPU run reads the model's shape (meta device) and the device's
-    memory for the memory plan when the recipe leaves the micro-batch or checkpointing open, less what colocated
-    vLLM holds (:func:`vllm_share`); under ZeRO-3 the model state is planned as partitioned over the processes."""
-    from spatialiq_train.train.common import on_gpu
-
+def machine_plan(recipe: Recipe, phase: str, model_path: str | None = None) -> PhasePlan:
+    """The phase's plan on this machine, decided once: a GPU run reads the model's shape (meta device) and the
+    device's memory for the memory plan when the recipe leaves the micro-batch or checkpointing open, less what
+    colocated vLLM holds (:func:`vllm_share`); under ZeRO-3 the model state is planned as partitioned over the
+    processes. `sft_config` / `grpo_config` and a run both use it, so they give the same TRL config."""
     gpu = on_gpu(recipe)
     opt = (recipe.sft if phase == "sft" else recipe.rl).optimizer
     shape = device = None

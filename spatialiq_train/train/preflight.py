@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spatialiq_train.core.errors import UserError
-from spatialiq_train.core.recipe_model import Recipe
+from spatialiq_train.core.plan import PhasePlan
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +59,21 @@ def check_model_config(model_path: str, what: str) -> None:
         raise PreflightError(f"{what} {model_path}: its model config does not load ({exc})") from None
 
 
-def check_rl_ready(recipe: Recipe, rl_dir: str | Path, model_path: str | None, rl_dataset: Any = None,
+def check_rl_ready(plan: PhasePlan, rl_dir: str | Path, model_path: str | None, rl_dataset: Any = None,
                    rewards: Any = None) -> None:
-    """Build and check what the RL phase needs (rewards on a sample row, data, model config, GRPO config). A
-    `model_path` of None is the tiny model not yet built (its config is ours): its config is not loaded."""
+    """Build and check what the RL phase of `plan` needs (rewards on a sample row, data, model config, GRPO config).
+    A `model_path` of None is the tiny model not yet built (its config is ours): its config is not loaded."""
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.rl import grpo_config, reward_setup
+    from spatialiq_train.train.phase import phase_config
+    from spatialiq_train.train.rl import reward_setup, rl_phase
 
-    d = recipe.data
-    rewards = rewards or reward_setup(recipe)
+    d = plan.data
+    rewards = rewards or reward_setup(plan)
     if rl_dataset is None:
-        rl_dataset = load_split(d.traces_dir, d.rl_split, d.data_root, "rl", 1)
-    where = f"the first row of the {d.rl_split!r} split"
+        rl_dataset = load_split(d.traces_dir, d.train_split, d.data_root, "rl", 1)
+    where = f"the first row of the {d.train_split!r} split"
     check_rewards_on_row(rewards, rl_dataset[0], where)
     if model_path is not None:
-        check_model_config(model_path, "rl.init_from" if recipe.rl.init_from else "model")
-    grpo_config(recipe, rl_dir, rewards.weights)
+        check_model_config(model_path, "rl.init_from" if plan.model.init_from else "model")
+    phase_config(rl_phase(rewards=rewards), plan, rl_dir)
     log.info("RL preflight passed: %d reward functions, data, model config and GRPO config", len(rewards.funcs))

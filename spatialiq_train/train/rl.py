@@ -12,15 +12,17 @@ the rest: optimizer section, validation, resume, export.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.core.recipe_model import VLLM_TO_GRPO, Recipe
-from spatialiq_train.train import common, phase
+from spatialiq_train.core.plan import PhasePlan
+from spatialiq_train.core.recipe_model import Recipe
+from spatialiq_train.core.resolve import Hardware, resolve
+from spatialiq_train.train import common, mapper, phase
+from spatialiq_train.train.plan import machine_plan
 
 log = logging.getLogger(__name__)
 
@@ -34,54 +36,37 @@ class RewardSetup:
     filter_mask: list[bool]
 
 
-def reward_setup(recipe: Recipe, base: Sequence[tuple[Callable[..., Any], float]] | None = None) -> RewardSetup:
-    """The recipe's weighted rewards (from `reward.trl`, or `base` pairs), plus the overlong shaping term and a
-    weight-0 `exact_match` term whose logged mean is the accuracy. Only the recipe's own terms drive the
-    dynamic-sampling filter (as in NeMo-RL, the filter reads the reward before shaping)."""
+def reward_setup(subject: Recipe | PhasePlan,
+                 base: Sequence[tuple[Callable[..., Any], float]] | None = None) -> RewardSetup:
+    """The plan's reward terms (`train.mapper.reward_terms`) as TRL reward functions: the recipe's weighted rewards
+    (from `reward.trl`, or `base` pairs), the overlong shaping term and a weight-0 `exact_match` whose logged mean
+    is the accuracy. Only the recipe's own terms drive the dynamic-sampling filter (as in NeMo-RL, the filter reads
+    the reward before shaping). A recipe is resolved on the CPU (the terms do not depend on the hardware)."""
+    plan = subject if isinstance(subject, PhasePlan) else resolve(subject, "rl", Hardware(gpu=False))
+    terms = mapper.reward_terms(plan)
     if base is None:
         from reward.trl import make_trl_reward_funcs
 
-        funcs, weights = make_trl_reward_funcs(dict(recipe.reward.weights))
+        funcs, weights = make_trl_reward_funcs(dict(plan.rl.weights))
         pairs = list(zip(funcs, weights, strict=True))
     else:
         pairs = list(base)
     filter_mask = [True] * len(pairs)
     names = {getattr(f, "__name__", "") for f, _ in pairs}
-    if recipe.rl.overlong.enabled:
-        from trl.rewards import get_soft_overlong_punishment
+    extra = [t for t in terms if not t[2]]
+    for name, weight, _ in extra:
+        if name == "soft_overlong_punishment":
+            from trl.rewards import get_soft_overlong_punishment
 
-        over = recipe.rl.overlong
-        max_len, buffer = over.max_response_length or recipe.generation.max_completion_length, over.buffer_length
-        shaping = get_soft_overlong_punishment(max_len, buffer)
-        pairs.append((shaping, recipe.rl.overlong.penalty))
-        filter_mask.append(False)
-    if "exact_match" not in names:
-        from reward.trl import make_trl_reward
+            pairs.append((get_soft_overlong_punishment(*mapper.trainer_settings(plan)["overlong"]), weight))
+        elif name not in names:
+            from reward.trl import make_trl_reward
 
-        pairs.append((make_trl_reward("exact_match", name="exact_match"), 0.0))
+            pairs.append((make_trl_reward(name, name=name), weight))
+        else:
+            continue
         filter_mask.append(False)
     return RewardSetup([f for f, _ in pairs], [float(w) for _, w in pairs], filter_mask)
-
-
-def vllm_usable(recipe: Recipe) -> bool:
-    return recipe.vllm.enabled and common.on_gpu(recipe) and importlib.util.find_spec("vllm") is not None
-
-
-def vllm_args(recipe: Recipe) -> dict[str, Any]:
-    """`use_vllm` and the `vllm` section as trl.GRPOConfig keywords (VLLM_TO_GRPO, one to one)."""
-    if not vllm_usable(recipe):
-        return {"use_vllm": False}
-    v = recipe.vllm.model_dump()
-    return {"use_vllm": True, **{grpo: v[key] for key, grpo in VLLM_TO_GRPO.items()}}
-
-
-def _grpo_kwargs(recipe: Recipe, reward_weights: list[float]) -> dict[str, Any]:
-    r, g = recipe.rl, recipe.generation
-    keys = ("num_generations", "num_iterations", "loss_type", "epsilon", "epsilon_high",
-            "beta", "mask_truncated_completions")
-    # scale_rewards "none": TRL's own advantages are replaced by the recipe's (rl.advantage, train.advantages)
-    return {**{k: getattr(r, k) for k in keys}, "scale_rewards": "none", **g.model_dump(), **vllm_args(recipe),
-            "reward_weights": reward_weights, "log_completions": False}
 
 
 def _config_class(**kwargs: Any) -> Any:
@@ -90,40 +75,46 @@ def _config_class(**kwargs: Any) -> Any:
     return GRPOConfig(**kwargs)
 
 
-def _make_trainer(recipe: Recipe, rewards: RewardSetup, frozen: bool = False) -> Any:
-    def make(model_path: str, args: Any, train_dataset: Any, eval_dataset: Any, processor: Any,
+def _make_trainer(rewards: RewardSetup | None, frozen: bool = False) -> Any:
+    def make(plan: PhasePlan, model_path: str, args: Any, train_dataset: Any, eval_dataset: Any, processor: Any,
              callbacks: list[Any]) -> Any:
         from spatialiq_train.train.data import with_pixel_budget
         from spatialiq_train.train.dynamic_sampling import build_dynamic_sampling_trainer_class
 
-        ds = recipe.rl.dynamic_sampling
+        settings = mapper.trainer_settings(plan)
+        setup = rewards or reward_setup(plan)
+        enabled, rounds, multiplier = settings["dynamic_sampling"]
         # colocated vLLM re-processes raw images with the checkpoint's own budget: hand both sides images already
         # at the recipe's target size, so the trainer and vLLM count the same image tokens
-        fitted = with_pixel_budget(train_dataset, recipe.model.min_pixels, recipe.model.max_pixels)
+        fitted = with_pixel_budget(train_dataset, *settings["pixels"])
         return build_dynamic_sampling_trainer_class()(
             model=model_path,  # a path, so TRL can build the reference model from it when beta > 0
-            reward_funcs=rewards.funcs, args=args, train_dataset=fitted, eval_dataset=eval_dataset,
-            processing_class=processor, peft_config=common.lora_config(recipe), callbacks=callbacks,
-            dynamic_sampling=ds.enabled, max_refill_rounds=ds.max_refill_rounds,
-            filter_reward_mask=rewards.filter_mask, frozen=frozen,
-            advantage=(recipe.rl.advantage.baseline, recipe.rl.advantage.std))
+            reward_funcs=setup.funcs, args=args, train_dataset=fitted, eval_dataset=eval_dataset,
+            processing_class=processor, peft_config=common.lora_config(settings), callbacks=callbacks,
+            dynamic_sampling=enabled, max_refill_rounds=rounds, batch_multiplier=multiplier,
+            filter_reward_mask=setup.filter_mask, frozen=frozen, advantage=settings["advantage"])
 
     return make
 
 
-def rl_phase(recipe: Recipe, rewards: RewardSetup | None = None, frozen: bool = False) -> phase.PhaseSpec:
-    """The RL phase; `frozen` makes it the control of a learning curve (rollouts and rewards, no update)."""
-    rewards = rewards or reward_setup(recipe)
-    return phase.PhaseSpec(name="rl", config_class=_config_class,
-                           phase_kwargs=lambda r: _grpo_kwargs(r, rewards.weights),
-                           make_trainer=_make_trainer(recipe, rewards, frozen),
-                           eval_batch_size=lambda r, plan: r.rl.num_generations)
+def rl_phase(recipe: Recipe | None = None, rewards: RewardSetup | None = None,
+             frozen: bool = False) -> phase.PhaseSpec:
+    """The RL phase; `rewards` the caller's own reward functions (default: the plan's), `frozen` makes it the
+    control of a learning curve (rollouts and rewards, no update)."""
+    total = None
+    if rewards is not None and rewards.funcs:  # the terms that drive the filter are the recipe's own: summed
+        terms = zip(rewards.funcs, rewards.weights, rewards.filter_mask, strict=True)
+        total = {getattr(f, "__name__", f"reward{i}"): w for i, (f, w, keep) in enumerate(terms) if keep}
+    return phase.PhaseSpec(name="rl", config_class=_config_class, make_trainer=_make_trainer(rewards, frozen),
+                           reward_weights=list(rewards.weights) if rewards is not None else None,
+                           total_weights=total or None)
 
 
-def grpo_config(recipe: Recipe, output_dir: str | Path, reward_weights: list[float]) -> Any:
-    """The TRL `GRPOConfig` for the recipe's `rl`, `vllm` and `generation` sections."""
-    weights_only = RewardSetup(funcs=[], weights=list(reward_weights), filter_mask=[])
-    return phase.phase_config(rl_phase(recipe, weights_only), recipe, output_dir)
+def grpo_config(recipe: Recipe, output_dir: str | Path, reward_weights: list[float] | None = None,
+                model_path: str | None = None) -> Any:
+    """The TRL `GRPOConfig` a run of the recipe's RL phase trains with on this machine (`machine_plan`)."""
+    weights_only = None if reward_weights is None else RewardSetup([], list(reward_weights), [])
+    return phase.phase_config(rl_phase(rewards=weights_only), machine_plan(recipe, "rl", model_path), output_dir)
 
 
 def build_rl_trainer(
@@ -136,7 +127,7 @@ def build_rl_trainer(
     eval_dataset: Any = None,
 ) -> tuple[Any, Any]:
     """(DynamicSamplingGRPOTrainer, processor). `model_path` is the policy init and the KL reference."""
-    return phase.build_phase_trainer(rl_phase(recipe, rewards), recipe, model_path, train_dataset, output_dir,
+    return phase.build_phase_trainer(rl_phase(rewards=rewards), recipe, model_path, train_dataset, output_dir,
                                      eval_dataset, callbacks)
 
 
@@ -160,18 +151,29 @@ def run_rl(
 
     When no step updated the weights, the phase warns, naming the cause and the knobs
     (`core.learning.idle_rl_cause`); `rl_learned_nothing` returns that message for the CLI's summary."""
-    if model_path is None and recipe.rl.init_from is not None:
-        model_path = common.check_init_from(recipe.rl.init_from)
-    final = phase.run_phase(rl_phase(recipe, rewards, frozen), recipe, output_dir, model_path, train_dataset,
+    settings = mapper.trainer_settings(machine_plan(recipe, "rl"))
+    if model_path is None and settings["model"]["init_from"] is not None:
+        model_path = common.check_init_from(settings["model"]["init_from"])
+    final = phase.run_phase(rl_phase(rewards=rewards, frozen=frozen), recipe, output_dir, model_path, train_dataset,
                             eval_dataset, final_dir, callbacks, extend)
-    if not frozen and (cause := rl_learned_nothing(recipe, output_dir)):
+    if not frozen and (cause := rl_learned_nothing(output_dir)):
         log.warning("%s", cause)
     return final
 
 
-def rl_learned_nothing(recipe: Recipe, output_dir: str | Path) -> str | None:
-    """Why the RL phase under `output_dir` updated no weight (from its metrics.jsonl), or None when it did."""
+def rl_learned_nothing(output_dir: str | Path) -> str | None:
+    """Why the RL phase under `output_dir` updated no weight (from its metrics.jsonl and the completion budget of
+    its plan.json), or None when it did (or the phase has no plan record yet)."""
+    import json
+
     from spatialiq_train.core.learning import idle_rl_cause
     from spatialiq_train.core.metrics import read_metrics
+    from spatialiq_train.train.plan import PLAN_FILE
 
-    return idle_rl_cause(read_metrics(Path(output_dir) / "metrics.jsonl"), recipe.generation.max_completion_length)
+    plan = Path(output_dir) / PLAN_FILE
+    if not plan.is_file():
+        return None
+    budget = (json.loads(plan.read_text(encoding="utf-8")).get("generation") or {}).get("max_completion_length")
+    if not isinstance(budget, int):  # a plan.json of an earlier version: no generation record
+        return None
+    return idle_rl_cause(read_metrics(Path(output_dir) / "metrics.jsonl"), budget)

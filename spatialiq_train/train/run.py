@@ -19,8 +19,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from spatialiq_train.core.plan import PhasePlan
 from spatialiq_train.core.recipe_model import Recipe
-from spatialiq_train.train import common, record
+from spatialiq_train.train import common, mapper, record
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,19 @@ def _write_run_recipe(recipe: Recipe, out: Path, extend: bool = False) -> None:
     record.write_record(out, recipe)
 
 
+def check_batches_fit(plans: list[PhasePlan]) -> None:
+    """Each phase's global batch fits its training split once (`core.batch.check_batch_fits`), before anything
+    trains: rows counted after data.max_examples and the RL filter, as the phase will read them."""
+    from spatialiq_train.core.batch import check_batch_fits
+    from spatialiq_train.train.data import training_examples
+
+    for plan in plans:
+        d = plan.data
+        rows = len(training_examples(plan))
+        check_batch_fits(plan.batch, rows, f"the {d.train_split!r} split",
+                         plan.rl.batch_multiplier if plan.phase == "rl" and plan.rl.dynamic_sampling else 1)
+
+
 def run_dapo_tight(
     recipe: Recipe,
     out_dir: str | Path,
@@ -82,33 +96,37 @@ def run_dapo_tight(
     """Run (or resume) both phases; returns DIR/final. Datasets default to the recipe's trace splits. A finished
     run is complete and a rerun changes nothing; a larger RL step budget needs `extend`."""
     from spatialiq_train.train.held_out import check_validation_held_out
+    from spatialiq_train.train.plan import machine_plan
     from spatialiq_train.train.preflight import check_rl_ready
     from spatialiq_train.train.rl import run_rl
     from spatialiq_train.train.sft import run_sft
 
     out = Path(out_dir)
     check_run_recipe(recipe, out, extend)  # every check before anything is created: a refusal leaves nothing
-    d = recipe.data
-    if sft_dataset is None and rl_dataset is None and d.sft_split != d.rl_split:
-        check_disjoint(d.traces_dir, d.sft_split, d.rl_split)
+    sft, rl = machine_plan(recipe, "sft"), machine_plan(recipe, "rl")
+    init_from, traces = rl.model.init_from, rl.data.traces_dir
+    if sft_dataset is None and rl_dataset is None and sft.data.train_split != rl.data.train_split:
+        check_disjoint(traces, sft.data.train_split, rl.data.train_split)
     if sft_dataset is None and rl_dataset is None:  # before the warm-up: validation must be held out of both
-        check_validation_held_out(recipe, [d.rl_split] if recipe.rl.init_from else [d.sft_split, d.rl_split])
+        splits = [rl.data.train_split] if init_from else [sft.data.train_split, rl.data.train_split]
+        check_validation_held_out(traces, rl.data.eval_split or (None if init_from else sft.data.eval_split), splits)
+        check_batches_fit([rl] if init_from else [sft, rl])
+    settings = mapper.trainer_settings(rl)
     sft_final = out / "sft" / "final"
-    if recipe.rl.init_from:
-        rl_model: str | None = common.check_init_from(recipe.rl.init_from)
+    if init_from:
+        rl_model: str | None = common.check_init_from(init_from)
     else:  # the warm-up's output does not exist yet; its base has the same architecture (the tiny one: built below)
-        rl_model = common.base_model_if_built(recipe, out)
-    check_rl_ready(recipe, out / "rl", rl_model, rl_dataset, rl_rewards)
+        rl_model = common.base_model_if_built(settings, out)
+    check_rl_ready(rl, out / "rl", rl_model, rl_dataset, rl_rewards)
     out.mkdir(parents=True, exist_ok=True)
     record.write_record(out, recipe)
-    if not recipe.rl.init_from:
-        rl_model = common.ensure_base_model(recipe, out)
-    if recipe.rl.init_from:
-        log.info("rl.init_from is set (%s): using it as the SFT-CoT initialisation, no warm-up", recipe.rl.init_from)
+    if not init_from:
+        rl_model = common.ensure_base_model(settings, out)
+    if init_from:
+        log.info("rl.init_from is set (%s): using it as the SFT-CoT initialisation, no warm-up", init_from)
     elif (sft_final / "config.json").is_file():
         log.info("SFT warm-up already finished (%s); skipping to RL", sft_final)
     else:
         run_sft(recipe, out / "sft", model_path=rl_model, train_dataset=sft_dataset, callbacks=sft_callbacks)
-    init = recipe.rl.init_from or str(sft_final)
-    return run_rl(recipe, out / "rl", model_path=init, train_dataset=rl_dataset, final_dir=out / "final",
-                  rewards=rl_rewards, callbacks=rl_callbacks, extend=extend)
+    return run_rl(recipe, out / "rl", model_path=init_from or str(sft_final), train_dataset=rl_dataset,
+                  final_dir=out / "final", rewards=rl_rewards, callbacks=rl_callbacks, extend=extend)

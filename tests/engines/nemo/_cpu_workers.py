@@ -284,8 +284,11 @@ class CpuGeneration:
         LOG["generation_config"].append(config)
         self.cfg = config
         model_config = AutoConfig.from_pretrained(config["model_name"])
-        torch.manual_seed(12345)  # vLLM's load_format "dummy": random weights until the first refit
-        self.model = AutoModelForImageTextToText.from_config(model_config).eval()
+        # vLLM's load_format "dummy": random weights until the first refit, drawn from a generator of their own, so the
+        # run's seed (grpo.seed, set by v0.7.0's set-up before the workers start) still decides the sampling
+        with torch.random.fork_rng():
+            torch.manual_seed(12345)
+            self.model = AutoModelForImageTextToText.from_config(model_config).eval()
         self.dummy = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.refit_info: dict[str, Any] | None = None
 

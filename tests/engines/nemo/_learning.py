@@ -90,7 +90,7 @@ class Setting:
 
     def sft_sets(self) -> tuple[str, ...]:
         return (f"sft.optimizer.max_steps={self.sft_steps}", f"sft.optimizer.learning_rate={self.sft_learning_rate}",
-                "sft.optimizer.num_train_epochs=1000", f"logging.save_steps={self.sft_steps}",
+                f"logging.save_steps={self.sft_steps}",
                 "data.eval_split=null", "logging.report_to=[tensorboard]")
 
     def rl_sets(self, lr: float | None, seed: int) -> tuple[str, ...]:
@@ -98,8 +98,7 @@ class Setting:
                      "rl.validation.max_samples=8") if self.validate_every else ("data.eval_split=null",))
         rate = () if lr is None else (f"rl.optimizer.learning_rate={lr}",)
         batch = () if self.prompts_per_step is None else (f"rl.prompts_per_step={self.prompts_per_step}",)
-        return (f"rl.num_generations={self.generations}", f"rl.optimizer.max_steps={self.steps}",
-                "rl.optimizer.num_train_epochs=1000", *rate, *batch,
+        return (f"rl.num_generations={self.generations}", f"rl.optimizer.max_steps={self.steps}", *rate, *batch,
                 f"logging.save_steps={self.steps}", "logging.report_to=[tensorboard]", f"run.seed={seed}",
                 *held_out, *self.extra)
 

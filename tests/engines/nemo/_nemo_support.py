@@ -97,7 +97,7 @@ def tiny_model() -> Path:
 RECIPES = sorted(p.stem for p in SHIPPED_RECIPES.glob("*.yaml") if p.stem.startswith(("dapo_", "sft_")))
 CASES = [(name, "rl") for name in RECIPES if name.startswith("dapo_")] + [(name, "sft") for name in RECIPES]
 """Every shipped recipe phase: DAPO-tight RL and its SFT warm-up, and every SFT recipe."""
-ROWS = 8
+ROWS = 16
 ANSWERS = [11, 3, 7, 0, 5, 12, 2, 9]
 
 
@@ -111,7 +111,7 @@ def write_all_traces(root: Path, rows: int = ROWS) -> Path:
 
 def recipe_sets(data_root: Path, out: Path, *extra: str) -> list[str]:
     return [f"data.traces_dir={data_root / 'traces'}", f"data.data_root={data_root}",
-            f"model.name_or_path={tiny_model()}", f"run.output_dir={out}", *extra]
+            f"model.name_or_path={tiny_model()}", "model.tiny=false", f"run.output_dir={out}", *extra]
 
 
 def write_config(name: str, phase: str, data_root: Path, out: Path, nodes: int = 1, gpus: int = 4,

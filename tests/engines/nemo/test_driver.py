@@ -23,14 +23,14 @@ from spatialiq_train.nemo.export import write_nemo_config
 
 def _config(tmp_path: Path, phase: str = "rl", overrides: Sequence[str] = (),
             edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
-    """A config written by the generator (`spatialiq recipes nemo-rl tiny_cpu`) over three-row traces, optionally
+    """A config written by the generator (`spatialiq recipes nemo-rl tiny_cpu`) over four-row traces, optionally
     edited by hand afterwards (what the driver must refuse)."""
     rng = np.random.default_rng(0)
     for split in ("rl", "val", "warmup"):
-        write_traces(tmp_path, split, 3, rng, answer=lambda i: i % 5)
+        write_traces(tmp_path, split, 4, rng, answer=lambda i: i % 5)  # one batch: tiny_cpu's 4 prompts, 4 rows
     sets = [f"data.traces_dir={tmp_path / 'traces'}", f"data.data_root={tmp_path}", "data.eval_split=val",
             "rl.validation.every_steps=5", "sft.validation.every_steps=2", f"model.name_or_path={tiny_model()}",
-            "model.tiny=false", f"run.output_dir={tmp_path}", *overrides]
+            "model.tiny=false", "logging.save_steps=10", f"run.output_dir={tmp_path}", *overrides]
     path = tmp_path / f"nemo_{phase}.yaml"
     write_nemo_config("tiny_cpu", path, phase=phase, nodes=1, gpus_per_node=1, overrides=sets)  # type: ignore[arg-type]
     if edit is not None:
@@ -152,7 +152,8 @@ _DROP = object()
     (_section(trace_dir="x"), [], r"spatialiq\.trace_dir: Extra inputs are not permitted"),
     (_section(phase="sft"), [], "this config is for `spatialiq nemo sft`"),
     (None, ["grpo.no_such_key=1"], "overrides grpo.no_such_key=1 rejected"),
-    (_section(recipe="no_such_recipe"), [], "recipe file no_such_recipe does not exist"),
+    (_section(plan=_DROP), [], r"spatialiq\.plan is absent .* regenerate it with `spatialiq recipes nemo-rl`"),
+    (_section(plan={"phase": "rl"}), [], r"spatialiq\.plan is not a plan record"),
     (None, ["checkpointing.checkpoint_dir=null"], "checkpoint_dir is not set"),
 ])
 def test_config_errors_name_the_key(tmp_path: Path, edit: Any, overrides: list[str], message: str) -> None:
@@ -176,7 +177,7 @@ def test_validation_asked_for_without_a_split_is_refused(tmp_path: Path, placeme
      r"env is .* the recipe gives \{'spatialiq': \{'reward': \{'format': 0\.1, 'integer_distance': 0\.9\}\}"),
     (None, ["data.train.data_path=/elsewhere/rl.jsonl"], r"data\.train is \{.*'/elsewhere/rl\.jsonl'"),
     (None, ["data.default.max_pixels=802816"], r"data\.default is .* the recipe gives .*'max_pixels': 12544"),
-    (lambda c: c["spatialiq"].update(recipe_overrides=[*c["spatialiq"]["recipe_overrides"], "data.rl_split=warmup"]),
+    (lambda c: c["spatialiq"]["plan"]["data"].update(train_split="warmup"),  # the plan the driver trains with
      [], r"data\.train is .*'split': 'rl'.* the recipe gives .*'split': 'warmup'"),
     (None, ["policy.generation.vllm_cfg.skip_tokenizer_init=true"],
      r"policy\.generation\.vllm_cfg\.skip_tokenizer_init is True, the recipe gives False"),
@@ -198,3 +199,17 @@ def test_project_pieces_differing_from_the_recipe_are_refused_not_rewritten(
 def test_no_spatialiq_section_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no 'spatialiq' section"):
         driver.run("rl", _config(tmp_path, edit=lambda c: c.pop("spatialiq")))
+
+
+@pytest.mark.parametrize(("phase", "message"), [
+    ("rl", r"rl.prompts_per_step = 4 prompts per step is larger than spatialiq:.*rl.jsonl, which has 3 rows"),
+    ("sft", r"sft.optimizer.global_batch_size = 4 sequences per step is larger than .*warmup.jsonl, which has 3"),
+])
+def test_a_batch_larger_than_the_split_is_refused_before_any_work(tmp_path: Path, placement: Placement,
+                                                                  phase: str, message: str) -> None:
+    """Issue 44, item 3: v0.7.0's loaders keep whole batches only, so this run would train no step and end as if
+    finished; the driver refuses it before Ray, logs or checkpoints (data.max_examples counted)."""
+    config = _config(tmp_path, phase, ["data.max_examples=3"])
+    with pytest.raises(UserError, match=message):
+        driver.run(phase, config)  # type: ignore[arg-type]
+    assert placement.calls == 0 and not (tmp_path / "nemo_rl").exists()

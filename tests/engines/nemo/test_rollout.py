@@ -66,10 +66,11 @@ def rl_state(tmp_path_factory: pytest.TempPathFactory, ray_head: str) -> Any:
     import nemo_rl.algorithms.grpo as grpo
 
     root = tmp_path_factory.mktemp("rollout")
-    # 16 rows: with dynamic sampling the loader draws num_prompts_per_step x batch_multiplier (8 x 2) prompts per
-    # batch and drops the last partial batch, so a split of 8 rows would give no batch at all
+    # 16 rows: with dynamic sampling the loader draws num_prompts_per_step x batch_multiplier (8 x 2, the released
+    # draw, set here as the recipe's rl.dynamic_sampling.batch_multiplier) prompts per batch and drops the last
+    # partial batch, so a split of 8 rows would give no batch at all
     data_root = write_all_traces(root / "data", rows=16)
-    cfg, _ = write_config("dapo_tight_7b", "rl", data_root, root)
+    cfg, _ = write_config("dapo_tight_7b", "rl", data_root, root, extra=("rl.dynamic_sampling.batch_multiplier=2",))
     stop, real = Placement(), grpo.RayVirtualCluster
     grpo.RayVirtualCluster = stop
     try:  # the driver function itself, not through CliRunner: its captured streams close when it returns, and
@@ -240,3 +241,22 @@ def test_reward_shaping_fires_on_the_dapo_paper_recipe(tmp_path_factory: pytest.
     want = [1.0, 1.0, 1.0 - 0.5 * over.penalty, 1.0 - over.penalty]
     assert shaped["total_reward"].tolist() == pytest.approx(want, abs=1e-6)
     assert shaped["unshaped_total_reward"].tolist() == [1.0] * 4
+
+
+def test_the_runs_seed_reaches_the_sampling() -> None:
+    """The NeMo-RL learning runs of seeds 0-4 shared their first steps' rewards: the CPU generation worker re-seeded
+    torch's generator (12345, for vLLM's dummy weights) after v0.7.0's set-up had seeded it with grpo.seed. It now
+    draws those weights from a generator of its own: the state the run's seed set is the one sampling starts from,
+    and two seeds sample differently."""
+    import torch
+    from _cpu_workers import CpuGeneration
+    from _nemo_support import tiny_model
+
+    states = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        expected = torch.get_rng_state()
+        CpuGeneration(None, {"model_name": str(tiny_model())})
+        assert torch.equal(torch.get_rng_state(), expected), seed  # the worker's start leaves the run's generator
+        states.append(torch.rand(4))
+    assert not torch.equal(states[0], states[1])

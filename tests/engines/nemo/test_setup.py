@@ -34,7 +34,9 @@ def _expected(recipe: Any, phase: str) -> dict[str, Any]:
                     r.overlong.max_response_length or recipe.generation.max_completion_length,
                 "policy.generation.max_new_tokens": recipe.generation.max_completion_length}
     s, opt = recipe.sft, recipe.sft.optimizer
-    return {"policy.optimizer.kwargs.lr": opt.learning_rate, "sft.max_num_epochs": math.ceil(opt.num_train_epochs),
+    budget = opt.max_steps if opt.max_steps > 0 else None  # one step budget: epochs never stop a step-bounded run
+    return {"policy.optimizer.kwargs.lr": opt.learning_rate,
+            "sft.max_num_epochs": budget or math.ceil(opt.num_train_epochs),
             "sft.val_period": s.validation.every_steps}
 
 

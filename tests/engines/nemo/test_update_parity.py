@@ -13,8 +13,10 @@ global batch's completion tokens, v0.7.0's ``token_level_loss``):
   ``train`` (``_cpu_workers.CpuPolicy``: v0.7.0's optimizer set-up from the generated ``policy`` section, its global
   batch and micro-batches) take one step.
 
-The losses agree within :data:`LOSS_TOL` and every weight within :data:`WEIGHT_TOL` (measured: see the assertions'
-messages; docs/training.md gives the numbers). Both steps run at the recipe's learning rate with a constant
+The losses agree within :data:`LOSS_TOL`, every parameter's gradient before clipping and the optimizer step within
+:data:`GRAD_RTOL` of its norm (a gradient scaled by 2 is off by 1/2 and fails: Adam's first step, about the learning
+rate times the gradient's sign, would not show it), and every weight within :data:`WEIGHT_TOL` (measured: see the
+assertions' messages; docs/training.md gives the numbers). Both steps run at the recipe's learning rate with a constant
 schedule (``warmup_steps`` 0), so the comparison is of the update, not of the two schedulers.
 """
 
@@ -42,6 +44,19 @@ SETS = ("model.tiny=false", "rl.num_generations=4", "rl.prompts_per_step=2",
         "logging.save_steps=100", "generation.max_completion_length=24")
 LOSS_TOL = 1e-5
 WEIGHT_TOL = 1e-5
+GRAD_RTOL = 1e-3
+"""Largest relative difference ||g_trl - g_nemo|| / ||g|| allowed for one parameter's gradient."""
+
+
+def grad_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """The largest relative difference between two engines' gradients of one parameter (0 where both are 0)."""
+    worst = 0.0
+    for name, ga in a.items():
+        gb = b[name]
+        scale = max(float(ga.norm()), float(gb.norm()))
+        if scale > 1e-12:
+            worst = max(worst, float((ga - gb).norm()) / scale)
+    return worst
 
 
 def _fixed_reward(completions: Any, **kwargs: Any) -> list[float]:
@@ -78,8 +93,13 @@ def _import_trl_trainer() -> None:
         sys.path[:] = saved
 
 
-def _trl_step(setup: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, torch.Tensor]]:
-    """TRL's batch (its own scoring of the fixed completions), its loss, and the weights after one step."""
+def _grads(model: Any) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _trl_step(setup: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """TRL's batch (its own scoring of the fixed completions), its loss, its gradients before clipping, and the
+    weights after one step."""
     from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
 
     _import_trl_trainer()
@@ -99,9 +119,10 @@ def _trl_step(setup: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, t
     optimizer = trainer.create_optimizer()
     loss = trainer.compute_loss(trainer.model, out)
     loss.backward()
+    grads = _grads(trainer.model)
     torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), setup["recipe"].rl.optimizer.max_grad_norm)
     optimizer.step()
-    return out, float(loss.detach()), {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    return out, float(loss.detach()), grads, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
 
 
 def _nemo_rows(out: dict[str, Any], adv: np.ndarray) -> Any:
@@ -138,7 +159,10 @@ def _nemo_rows(out: dict[str, Any], adv: np.ndarray) -> Any:
     return data
 
 
-def _nemo_step(setup: dict[str, Any], data: Any) -> tuple[float, dict[str, torch.Tensor]]:
+def _nemo_step(setup: dict[str, Any], data: Any,
+               monkeypatch: pytest.MonkeyPatch) -> tuple[float, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """v0.7.0's loss and training call on the rows: the loss, the gradients before clipping (read when the worker
+    clips them), the weights after the step."""
     from _cpu_workers import CpuPolicy
     from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossConfig, ClippedPGLossFn
     from nemo_rl.algorithms.utils import get_tokenizer
@@ -150,8 +174,18 @@ def _nemo_step(setup: dict[str, Any], data: Any) -> tuple[float, dict[str, torch
     data["generation_logprobs"] = data["prev_logprobs"].clone()
     data["reference_policy_logprobs"] = policy.get_reference_policy_logprobs(data)["reference_logprobs"]
     loss_fn = ClippedPGLossFn(ClippedPGLossConfig(**written["loss_fn"]))
+    grads: dict[str, torch.Tensor] = {}
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def spy(params: Any, *args: Any, **kwargs: Any) -> Any:
+        grads.update(_grads(policy.model))
+        return clip(params, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
     result = policy.train(data, loss_fn, gbs=data.size)
-    return float(result["loss"].sum()), {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+    return (float(result["loss"].sum()), grads,
+            {k: v.detach().clone() for k, v in policy.model.state_dict().items()})
 
 
 def test_parity_of_one_update_trl_and_nemo_rl(setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,11 +199,16 @@ def test_parity_of_one_update_trl_and_nemo_rl(setup: dict[str, Any], monkeypatch
     assert written["loss_fn"]["token_level_loss"] is True and written["grpo"]["use_leave_one_out_baseline"]
     assert written["policy"]["train_global_batch_size"] == 2 * G
     start = load_file(str(next(tiny_model().glob("*.safetensors"))))
-    out, trl_loss, trl_weights = _trl_step(setup)
+    out, trl_loss, trl_grads, trl_weights = _trl_step(setup)
     want = advantages(REWARDS, G, "leave_one_out", "leave_one_out")
     assert out["advantages"].numpy() == pytest.approx(want, abs=1e-6)  # the recipe's advantages on TRL
-    nemo_loss, nemo_weights = _nemo_step(setup, _nemo_rows(out, want))
+    nemo_loss, nemo_grads, nemo_weights = _nemo_step(setup, _nemo_rows(out, want), monkeypatch)
     assert set(trl_weights) == set(nemo_weights)
+    assert set(trl_grads) == set(nemo_grads) and len(trl_grads) > 10
+    gap = grad_gap(trl_grads, nemo_grads)
+    doubled = grad_gap({k: 2 * v for k, v in trl_grads.items()}, nemo_grads)
+    print(f"gradients: largest relative difference {gap:.3g} ({len(trl_grads)} parameters); at 2x: {doubled:.3g}")
+    assert gap < GRAD_RTOL < doubled, (gap, doubled)  # per parameter, before clipping: a 2x gradient fails
     moved = max(float((trl_weights[k] - start[k]).abs().max()) for k in start if k in trl_weights)
     diff = max(float((trl_weights[k] - nemo_weights[k]).abs().max()) for k in trl_weights)
     detail = f"loss TRL {trl_loss:.8f} NeMo-RL {nemo_loss:.8f}; largest weight change {moved:.3g}, largest " \
