@@ -21,6 +21,7 @@ one_thread()
 SHORT = [
     "model.tiny=true",
     "sft.optimizer.max_steps=1",
+    "sft.optimizer.global_batch_size=2",  # the 40 tasks' warm-up split holds 3 rows
     "rl.optimizer.max_steps=1",
     "rl.prompts_per_step=1",
     "rl.num_generations=2",

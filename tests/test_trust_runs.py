@@ -303,8 +303,10 @@ def test_a_run_of_the_previous_release_releases_and_resumes_with_its_batch_as_it
     line = next(x for x in res.output.splitlines() if x.startswith("error:"))
     assert "it was recorded by an earlier spatialiq; as it trained it reads sft: per_device_train_batch_size" in line
     assert "rl.scale_rewards group = rl.advantage" in line
-    assert line.endswith("to continue it, rerun with rl.prompts_per_step=2, or pick a new --out for a new run"), line
-    res = CliRunner().invoke(app, [*cmd, *overrides, "rl.prompts_per_step=2"])
+    # the old record also holds vLLM values today's tiny_cpu leaves to the plan (vllm.enabled: true, sleep mode null)
+    advice = "rl.prompts_per_step=2 vllm.enable_sleep_mode=false vllm.enabled=false"
+    assert line.endswith(f"to continue it, rerun with {advice}, or pick a new --out for a new run"), line
+    res = CliRunner().invoke(app, [*cmd, *overrides, *advice.split()])
     assert res.exit_code == 0, res.output
     assert json.loads((old / "rl" / "complete.json").read_text())["global_step"] == 8
     steps = [json.loads(x)["step"] for x in (old / "rl" / "metrics.jsonl").read_text().splitlines()]

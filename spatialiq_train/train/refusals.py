@@ -23,7 +23,7 @@ def check_before_work(recipe: Recipe) -> None:
     Triton GPU kernels, installed or not), or on a GPU without ``liger_kernel`` installed."""
     if recipe.model.liger_kernel is not True:
         return
-    from spatialiq_train.train.common import on_gpu
+    from spatialiq_train.train.plan import on_gpu
 
     if not on_gpu(recipe):
         raise UserError("model.liger_kernel=true: Liger's kernels are Triton GPU kernels and this run is on the CPU "
