@@ -305,6 +305,7 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) ->
     phase_plan, plan = plan_for(read_settings(config, source), phase, source)
     check_contract(config, plan, phase, str(source))
     check_held_out_plan(plan)
+    check_rows(phase_plan, plan)  # a split smaller than one batch would train no step: refused before any work
     with writing(config):  # one writer per checkpoint folder; incomplete step_N set aside (nemo/checkpoints.py)
         return _train(api, phase, config, phase_plan, plan, source)
 
@@ -322,7 +323,6 @@ def _train(api: NemoApi, phase: Phase, config: dict[str, Any], phase_plan: Phase
                                                                                      "val_at_end")):
         raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but the recipe gives no "
                         "validation split (data.eval_split or rl.validation.every_steps is null)")
-    check_rows(phase_plan, plan)  # a split smaller than one batch would train no step: refused before any work
     if (ckpt := config.get("checkpointing") or {}).get("enabled"):  # a resume continues the same data, recorded
         folder = Path(ckpt["checkpoint_dir"])  # beside the checkpoints (core/run_folder.py), before Ray starts
         write_data_record(folder, check_same_data(folder, phase_plan, resumed is not None))
