@@ -154,3 +154,47 @@ def test_a_built_release_is_pushed_again_without_rebuilding(tmp_path: Path, monk
     assert res.exit_code == 1 and f"release --verify {tmp_path / 'rel'} --push org/m" in res.output, res.output
     res = CliRunner().invoke(app, ["release", "--verify", str(tmp_path / "rel"), "--push", "org/m"])
     assert res.exit_code == 0 and "pushed to https://hub/org/m" in res.output, res.output
+
+
+def test_a_replay_run_card_names_every_source_its_weight_and_digests(tmp_path: Path) -> None:
+    """Replay (``data.sources``): the card names each source by folder with its weight and share, its traces'
+    digest, and the training split digest the phase recorded for it (``data.json``); the released recipe names the
+    sources by folder, and no file of the release holds a path of this machine."""
+    import shutil
+
+    from _train_support import tiny_model_dir, tiny_recipe, write_traces
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+    from spatialiq_train.core.recipes import load_recipe, recipe_to_yaml
+    from spatialiq_train.core.resolve import Hardware, resolve
+    from spatialiq_train.core.run_folder import data_record, write_data_record
+    from spatialiq_train.release.paths import traces_digest
+
+    own, other = tmp_path / "own", tmp_path / "other"
+    for root, name, n in ((own, "cot", 6), (other, "folding", 2)):
+        write_traces(root, "warmup", n, np.random.default_rng(n), answer=lambda i: i).rename(root / name)
+    sources = [{"traces_dir": str(own / "cot"), "weight": 3, "data_root": str(own)},
+               {"traces_dir": str(other / "folding"), "weight": 1, "data_root": str(other)}]
+    recipe = tiny_recipe([f"data.traces_dir={own / 'cot'}", f"data.data_root={own}", "data.sft_split=warmup",
+                          f"data.sources={json.dumps(sources)}", "sft.optimizer.global_batch_size=4"])
+    run = tmp_path / "run"  # a `train sft --out run` folder as the phase leaves it: weights, recipe, data record
+    shutil.copytree(tiny_model_dir(), run / "final")  # the suite's one tiny model (built once per process)
+    (run / "recipe.yaml").write_text(recipe_to_yaml(recipe))
+    record = data_record(resolve(recipe, "sft", Hardware(gpu=False)))
+    write_data_record(run, record)
+    res = CliRunner().invoke(app, ["release", "--run", str(run), "--out", str(tmp_path / "rel")])
+    assert res.exit_code == 0, res.output
+    card = (tmp_path / "rel" / "README.md").read_text()
+    assert ("- Replay: every global batch mixed from 2 trace sources by weight: `cot` (`data.sources[0]`, weight 3, "
+            "75 %), `folding` (`data.sources[1]`, weight 1, 25 %).") in card
+    assert (f"- `data.sources[1].traces_dir`: folder `folding`, sha256 over its trace files' names and sha256s "
+            f"`{traces_digest(other / 'folding')}`") in card
+    assert f"`folding/warmup.jsonl` sha256 `{record['traces']['folding/warmup.jsonl']}`" in card
+    assert f"`warmup.jsonl` sha256 `{record['traces']['warmup.jsonl']}`" in card
+    released = load_recipe(tmp_path / "rel" / "training_recipe.yaml")
+    assert [(s.traces_dir, s.data_root, s.weight) for s in released.data.sources] == [("cot", "own", 3),
+                                                                                       ("folding", "other", 1)]
+    texts = [p.read_text(errors="ignore") for p in (tmp_path / "rel").rglob("*") if p.suffix != ".safetensors"
+             and p.is_file()]
+    assert not any(str(tmp_path) in text for text in texts)

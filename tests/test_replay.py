@@ -153,3 +153,40 @@ def test_nemo_rl_refuses_a_mixed_recipe_naming_the_key() -> None:
     with pytest.raises(ValueError, match=r"data.sources = .*mixes trace folders by weight .* train this recipe with "
                                          r"`spatialiq train`"):
         refuse(nemo_plan(recipe, "rl", 1, False))
+
+
+def _split_file(root: Path, split: str, ids: list[str]) -> Path:
+    """``root/traces/<split>.jsonl`` with one CoT row per structure id (images under ``root/img``)."""
+    traces = write_traces(root, split, len(ids), np.random.default_rng(1), answer=lambda i: i)
+    rows = [trace_row(f"img/{split}_{i}.png", i, sid, "sys") for i, sid in enumerate(ids)]
+    (traces / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return traces
+
+
+def test_validation_is_held_out_of_every_source(tmp_path: Path) -> None:
+    """A replay source whose training split holds a structure of the run's validation split is refused, naming the
+    source's key, its file and the structure: by the phase runner, and by the two-phase run before it writes
+    anything; a source that shares none passes."""
+    from spatialiq_train.core.splits import HeldOutError
+    from spatialiq_train.train.phase import phase_datasets
+    from spatialiq_train.train.run import run_dapo_tight
+
+    own, other = tmp_path / "own", tmp_path / "other"
+    for split, ids in (("warmup", ["w0", "w1", "w2", "w3"]), ("rl", ["r0", "r1", "r2", "r3"]), ("val", ["v0", "v1"])):
+        _split_file(own, split, ids)
+    _split_file(other, "warmup", ["o0", "o1"])
+    _split_file(other, "rl", ["o2", "v1"])  # a validation structure in the replayed RL rows
+    sources = [{"traces_dir": str(d / "traces"), "weight": w, "data_root": str(d)} for d, w in ((own, 3), (other, 1))]
+    recipe = tiny_recipe([f"data.traces_dir={own / 'traces'}", f"data.data_root={own}", "data.eval_split=val",
+                          f"data.sources={json.dumps(sources)}", "sft.optimizer.global_batch_size=4",
+                          "sft.validation.every_steps=2", "rl.validation.every_steps=2"])
+    leak = r"data.sources\[1\].traces_dir: .*other/traces/rl.jsonl holds 1 of the 2 structures of the validation "
+    leak += r"split .*own/traces/val.jsonl, e.g. v1: "
+    _, val = phase_datasets(resolve(recipe, "sft", Hardware(gpu=False)), None, None)  # warm-up rows share none
+    assert len(val) == 2
+    with pytest.raises(HeldOutError, match=leak) as info:
+        phase_datasets(resolve(recipe, "rl", Hardware(gpu=False)), None, None)
+    assert "\n" not in str(info.value)
+    with pytest.raises(HeldOutError, match=leak):
+        run_dapo_tight(recipe, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -160,6 +160,27 @@ def test_held_out_check_names_the_count_and_both_files(tmp_path: Path) -> None:
         check_held_out(tmp_path, "val", ["train"])
 
 
+def test_held_out_check_covers_every_replay_source(tmp_path: Path) -> None:
+    """Replay (``data.sources``): each source's training split against the run's validation split, an error naming
+    the source's key and a shared structure; the run's own folder among the sources is the plain check's."""
+    from spatialiq_train.core.splits import HeldOutError
+    from spatialiq_train.train.held_out import check_validation_held_out
+
+    own, other = tmp_path / "own", tmp_path / "other"
+    _trace_file(own / "val.jsonl", ["a", "b"])
+    _trace_file(own / "rl.jsonl", ["c"])
+    _trace_file(other / "rl.jsonl", ["d", "b"])
+    check_validation_held_out(str(own), "val", ["rl"], [str(own)])
+    check_validation_held_out(str(own), None, ["rl"], [str(own), str(other)])  # no validation: nothing held out
+    with pytest.raises(HeldOutError, match=r"^data.sources\[1\].traces_dir: .*other/rl.jsonl holds 1 of the 2 "
+                                           r"structures of the validation split .*own/val.jsonl, e.g. b: "):
+        check_validation_held_out(str(own), "val", ["rl"], [str(own), str(other)])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(HeldOutError, match=r"^data.sources\[1\].traces_dir: trace file .*empty/rl.jsonl does not "
+                                           r"exist"):  # the run's own folder, however spelled, is skipped
+        check_validation_held_out(str(own), "val", ["rl"], [f"{tmp_path}/x/../own", str(tmp_path / "empty")])
+
+
 def test_the_three_parts_are_one_disjoint_partition() -> None:
     """val, warmup and rl: every train structure in exactly one part; val decided by the recorded trainval draw
     (so train.jsonl and val.jsonl keep their contents), warm-up and RL split the rest by the dapo draw."""

@@ -132,3 +132,30 @@ def check_held_out(traces_dir: str | Path, eval_split: str | None, train_splits:
                 f"split {split!r} ({root / f'{split}.jsonl'}), e.g. {min(shared)}: validation would reward memorised "
                 "prompts. Rewrite the traces with `spatialiq traces` (val is disjoint from warmup and rl by "
                 "construction) or set data.eval_split to a split that shares no structure")
+
+
+def check_sources_held_out(traces_dir: str | Path, eval_split: str | None, train_splits: Sequence[str],
+                           sources: Sequence[str | Path]) -> None:
+    """Replay (``data.sources``): no source's training splits share a structure with the validation split of
+    ``traces_dir`` (the run's own folder, checked by :func:`check_held_out`, is skipped). A :class:`HeldOutError`
+    names the ``data.sources[i].traces_dir`` entry, its file and a shared structure; ``eval_split`` None passes."""
+    if eval_split is None or not sources:
+        return
+    root = Path(traces_dir)
+    val = root / f"{eval_split}.jsonl"
+    held = _structure_ids(val)
+    for i, source in enumerate(sources):
+        folder = Path(source)
+        if folder.resolve() == root.resolve():
+            continue
+        key = f"data.sources[{i}].traces_dir"
+        for split in dict.fromkeys(train_splits):
+            path = folder / f"{split}.jsonl"
+            if not path.is_file():
+                raise HeldOutError(f"{key}: trace file {path} does not exist (a source holds the phase's training "
+                                   f"split; write it with `spatialiq traces --out {folder}`)")
+            if shared := held & _structure_ids(path):
+                raise HeldOutError(
+                    f"{key}: {path} holds {len(shared)} of the {len(held)} structures of the validation split "
+                    f"{val}, e.g. {min(shared)}: replaying them would reward memorised prompts at validation. Drop "
+                    "those structures from the source, or validate on a split that shares none (data.eval_split)")

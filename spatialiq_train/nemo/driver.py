@@ -34,7 +34,9 @@ custom reward needs its own driver. This one follows the stock flow and differs 
 
 Resuming: NeMo-RL's ``setup`` resumes from the newest ``step_N`` in ``checkpointing.checkpoint_dir`` (weights,
 optimizer, dataloader position, step counters). This driver logs which one and refuses a checkpoint folder made
-from another recipe or dataset. Rerun the same command to continue.
+from another recipe, and a resume on other data than the ``data.json`` it records beside the checkpoints when
+training starts (`core.run_folder`: trace and image digests; the changed file named). Rerun the same command to
+continue.
 
 Exit codes: 0 done; 2 bad input (config, recipe, rows, NeMo-RL not importable); 3 dynamic sampling reached
 ``grpo.dynamic_sampling_max_gen_batches`` without filling a batch (NeMo-RL raises and stops; the last checkpoint
@@ -61,6 +63,7 @@ from pydantic import ValidationError
 
 from spatialiq_train.core.errors import UserError
 from spatialiq_train.core.plan import PhasePlan, from_record
+from spatialiq_train.core.run_folder import check_same_data, write_data_record
 from spatialiq_train.nemo.checkpoints import latest_step, read_step_config, writing
 from spatialiq_train.nemo.contract import check_contract, check_held_out_plan, plan_data
 from spatialiq_train.nemo.data import TASK_NAME, DatumError, datum_processor, load_rows
@@ -302,6 +305,7 @@ def run(phase: Phase, config_path: str | Path, overrides: Sequence[str] = ()) ->
     phase_plan, plan = plan_for(read_settings(config, source), phase, source)
     check_contract(config, plan, phase, str(source))
     check_held_out_plan(plan)
+    check_rows(phase_plan, plan)  # a split smaller than one batch would train no step: refused before any work
     with writing(config):  # one writer per checkpoint folder; incomplete step_N set aside (nemo/checkpoints.py)
         return _train(api, phase, config, phase_plan, plan, source)
 
@@ -311,7 +315,7 @@ def _train(api: NemoApi, phase: Phase, config: dict[str, Any], phase_plan: Phase
     """`run` once the config is checked and its checkpoint folder held: resume guard, set-up, training."""
     from spatialiq_train.core.processor import apply_pixel_budget
 
-    check_resume(config)
+    resumed = check_resume(config)
     master = _master(api, phase, config, source)
     if phase == "rl":
         check_supported(master)
@@ -319,7 +323,9 @@ def _train(api: NemoApi, phase: Phase, config: dict[str, Any], phase_plan: Phase
                                                                                      "val_at_end")):
         raise UserError("grpo.val_period/val_at_start/val_at_end ask for validation but the recipe gives no "
                         "validation split (data.eval_split or rl.validation.every_steps is null)")
-    check_rows(phase_plan, plan)  # a split smaller than one batch would train no step: refused before any work
+    if (ckpt := config.get("checkpointing") or {}).get("enabled"):  # a resume continues the same data, recorded
+        folder = Path(ckpt["checkpoint_dir"])  # beside the checkpoints (core/run_folder.py), before Ray starts
+        write_data_record(folder, check_same_data(folder, phase_plan, resumed is not None))
     master.logger["log_dir"] = api.get_next_experiment_dir(master.logger["log_dir"])
     write_plan_record(Path(master.logger["log_dir"]), phase_plan)
     os.environ.setdefault("WANDB_MODE", plan.wandb_mode)

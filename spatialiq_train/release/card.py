@@ -187,6 +187,19 @@ def _fmt(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
+def replay_line(recipe: dict[str, Any]) -> str | None:
+    """For a run with replay (the recipe's ``data.sources``), the card's line naming every source by folder with its
+    weight and its share of every global batch (weight / sum of weights); None without replay."""
+    data = recipe.get("data") if isinstance(recipe.get("data"), dict) else {}
+    entries = [e for e in data.get("sources") or () if isinstance(e, dict)]
+    weights = [float(e.get("weight") or 0) for e in entries]
+    if not entries or not all(math.isfinite(w) and w > 0 for w in weights):
+        return None
+    named = [f"`{e.get('traces_dir')}` (`data.sources[{i}]`, weight {_fmt(e.get('weight'))}, "
+             f"{100 * w / sum(weights):.4g} %)" for i, (e, w) in enumerate(zip(entries, weights, strict=True))]
+    return f"- Replay: every global batch mixed from {len(entries)} trace sources by weight: {', '.join(named)}."
+
+
 def _training_section(inputs: CardInputs) -> list[str]:
     if inputs.recipe_file is not None:
         recipe = (f"- Recipe: `{inputs.run_recipe.get('name', '?')}` (the full recipe as run is "
@@ -205,7 +218,7 @@ def _training_section(inputs: CardInputs) -> list[str]:
     lines += [f"- `{s.key}`: folder `{s.name}`, "
               + (f"{s.digest_of} `{s.digest}`" if s.digest else "not found when released") for s in inputs.sources]
     lines += [f"- Split `{s}`: structure-id sha256 `{h}`" for s, h in sorted(d.split_hashes.items())]
-    lines += inputs.trained_on
+    lines += [*filter(None, [replay_line(inputs.run_recipe)]), *inputs.trained_on]
     diffs = recipe_differences(inputs.run_recipe, inputs.base_recipe, inputs.phases)
     base = "the shipped recipe of the same name" if inputs.base_recipe is not None else "nothing (no shipped base)"
     unread = "" if inputs.phases is None or set(PHASES) <= set(inputs.phases) else \

@@ -2,10 +2,12 @@
 that made it (on a cluster, a user's home or project path would go public with the model).
 
 * :func:`public_recipe`: the recipe as released (``training_recipe.yaml`` and the card's table): every path-valued
-  key (:data:`PATH_KEYS`) that names a place on this machine (absolute, ``~``, or climbing out with ``..``) becomes
-  its folder name; a relative path inside the project (``data/train``) or a Hub id stays as it is.
-* :func:`sources`: the run's dataset, traces and starting checkpoints, each by folder name and the digest of what it
-  held (the dataset's ``manifest.json``, the trace files, :func:`~spatialiq_train.core.weights.checkpoint_digest`).
+  key (:data:`PATH_KEYS`, and each replay source's in ``data.sources``) that names a place on this machine (absolute,
+  ``~``, or climbing out with ``..``) becomes its folder name; a relative path inside the project (``data/train``)
+  or a Hub id stays as it is.
+* :func:`sources`: the run's dataset, traces (each replay source's too) and starting checkpoints, each by folder
+  name and the digest of what it held (the dataset's ``manifest.json``, the trace files,
+  :func:`~spatialiq_train.core.weights.checkpoint_digest`).
 * :func:`paths_found`: the last check, over every text file of a release folder, for the paths this release was made
   from.
 """
@@ -24,7 +26,9 @@ from spatialiq_train.core.io import sha256_file
 from spatialiq_train.core.weights import checkpoint_digest
 
 PATH_KEYS = ("model.name_or_path", "data.data_root", "data.traces_dir", "rl.init_from", "run.output_dir")
-"""The recipe keys that hold a path of the machine the run was made on."""
+"""The recipe keys that hold a path of the machine the run was made on (and each replay source's, below)."""
+SOURCE_PATH_KEYS = ("traces_dir", "data_root")
+"""The keys of a ``data.sources`` entry (replay) that hold a path."""
 BINARY_SUFFIXES = (".safetensors", ".bin", ".pt", ".png", ".jpg", ".parquet")
 """Files :func:`paths_found` does not read as text."""
 
@@ -51,8 +55,22 @@ def public_value(value: Any) -> Any:
     return folder_name(value) if names_a_place(value) else value
 
 
+def _source_entries(recipe: Any) -> list[dict[str, Any]]:
+    data = recipe.get("data") if isinstance(recipe, dict) else None
+    entries = data.get("sources") if isinstance(data, dict) else None
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+def source_paths(recipe: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(``data.sources[i].traces_dir`` or ``.data_root``, its value) for every path of a replay source in
+    ``recipe``."""
+    return [(f"data.sources[{i}].{leaf}", entry[leaf]) for i, entry in enumerate(_source_entries(recipe))
+            for leaf in SOURCE_PATH_KEYS if isinstance(entry.get(leaf), str)]
+
+
 def public_recipe(recipe: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``recipe`` (a nested dict) with every :data:`PATH_KEYS` value passed through :func:`public_value`."""
+    """A copy of ``recipe`` (a nested dict) with every :data:`PATH_KEYS` value, and every replay source's
+    :data:`SOURCE_PATH_KEYS` value, passed through :func:`public_value`."""
     out = copy.deepcopy(recipe)
     for key in PATH_KEYS:
         *parents, leaf = key.split(".")
@@ -61,6 +79,8 @@ def public_recipe(recipe: dict[str, Any]) -> dict[str, Any]:
             section = section.get(part) if isinstance(section, dict) else None
         if isinstance(section, dict) and leaf in section:
             section[leaf] = public_value(section[leaf])
+    for entry in _source_entries(out):
+        entry.update({leaf: public_value(entry[leaf]) for leaf in SOURCE_PATH_KEYS if leaf in entry})
     return out
 
 
@@ -90,11 +110,11 @@ def _source(key: str, value: str | None, where: Path | None) -> Source | None:
     if not value:
         return None
     name = str(public_value(value))
-    if key == "data.data_root":
+    if key.endswith("data_root"):  # data.data_root, data.sources[i].data_root
         manifest = where / "manifest.json" if where is not None else None
         ok = manifest is not None and manifest.is_file()
         return Source(key, name, sha256_file(manifest) if ok else None, "sha256 of its manifest.json")
-    if key == "data.traces_dir":
+    if key.endswith("traces_dir"):
         return Source(key, name, traces_digest(where) if where is not None and where.is_dir() else None,
                       "sha256 over its trace files' names and sha256s")
     ok = where is not None and (where / "config.json").is_file()

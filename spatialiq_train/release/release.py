@@ -34,6 +34,7 @@ from spatialiq_train.release.paths import (
     public_recipe,
     public_value,
     source_comment,
+    source_paths,
     sources,
 )
 
@@ -157,6 +158,8 @@ def run_sources(recipe: dict[str, Any] | None, data_root: Path | None, run: Path
     init_from = ((recipe or {}).get("rl") or {}).get("init_from")
     if init_from and "rl" in (phases or ()):
         items.append(("rl.init_from", init_from, run_path(init_from, run)))
+    items += [(key, value, run_path(value, run)) for key, value in source_paths(recipe)  # replay: each other source
+              if value not in (data.get("traces_dir"), data.get("data_root"))]
     name = model.get("name_or_path")
     local = run_path(name, run) if name and not model.get("tiny") else None
     if name and not model.get("tiny") and (names_a_place(name) or local is not None):
@@ -167,12 +170,14 @@ def run_sources(recipe: dict[str, Any] | None, data_root: Path | None, run: Path
 def _machine_paths(recipe: dict[str, Any] | None, *paths: Path | None) -> set[str]:
     """The absolute paths a release was made from (resolved and as given), which none of its files may hold."""
     found = {str(p) for p in paths if p is not None} | {str(Path(p).resolve()) for p in paths if p is not None}
+    values = [value for _, value in source_paths(recipe)]  # each replay source's folders, and the path keys'
     for key in PATH_KEYS:
         *parents, leaf = key.split(".")
         section: Any = recipe or {}
         for part in parents:
             section = section.get(part) if isinstance(section, dict) else None
-        value = section.get(leaf) if isinstance(section, dict) else None
+        values.append(section.get(leaf) if isinstance(section, dict) else None)
+    for value in values:
         if names_a_place(value):
             found |= {str(value), str(Path(str(value)).expanduser().resolve())}
     return {p for p in found if Path(p).is_absolute()}

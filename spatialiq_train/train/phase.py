@@ -184,7 +184,8 @@ def phase_datasets(plan: PhasePlan, train_dataset: Any, eval_dataset: Any) -> tu
         if trains_on_traces:  # both splits come from trace files: validation must share no structure with training
             from spatialiq_train.train.held_out import check_validation_held_out
 
-            check_validation_held_out(d.traces_dir, d.eval_split, [d.train_split])
+            sources = [s["traces_dir"] for s in d.sources]  # replay: every source's split is held out too
+            check_validation_held_out(d.traces_dir, d.eval_split, [d.train_split], sources)
         limit = min(x for x in (plan.validation.max_samples, d.max_examples, 1 << 62) if x is not None)
         eval_dataset = load_split(d.traces_dir, d.eval_split, d.data_root, plan.phase, limit)
     return train_dataset, eval_dataset

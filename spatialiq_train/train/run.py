@@ -109,7 +109,8 @@ def run_dapo_tight(
         check_disjoint(traces, sft.data.train_split, rl.data.train_split)
     if sft_dataset is None and rl_dataset is None:  # before the warm-up: validation must be held out of both
         splits = [rl.data.train_split] if init_from else [sft.data.train_split, rl.data.train_split]
-        check_validation_held_out(traces, rl.data.eval_split or (None if init_from else sft.data.eval_split), splits)
+        check_validation_held_out(traces, rl.data.eval_split or (None if init_from else sft.data.eval_split), splits,
+                                  [s["traces_dir"] for s in rl.data.sources])  # replay sources too
         check_batches_fit([rl] if init_from else [sft, rl])
     settings = mapper.trainer_settings(rl)
     sft_final = out / "sft" / "final"

@@ -48,7 +48,7 @@ def test_a_checkpoint_manager_step_converts_and_samples(checkpointer: tuple[Any,
     shutil.copytree(tiny_model(), tmp / "policy" / "tokenizer", ignore=shutil.ignore_patterns("*.safetensors*"))
     manager.finalize_checkpoint(tmp)
     ckpt_dir = Path(master.checkpointing["checkpoint_dir"])
-    assert [p.name for p in ckpt_dir.iterdir()] == ["step_3"]
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["data.json", "step_3"]  # the driver's data record too
     assert json.loads((ckpt_dir / "step_3" / "training_info.json").read_text())["step"] == 3
 
     out = tmp_path / "hf"

@@ -124,6 +124,48 @@ def test_resume_names_a_damaged_checkpoint_config(tmp_path: Path) -> None:
         driver.run("rl", _config(tmp_path))
 
 
+class RayStarted(Exception):  # noqa: N818 - a signal, not an error
+    """Raised where the driver would start Ray: everything before it (the checks, the data record) has run."""
+
+
+def test_a_resume_on_changed_data_is_refused_before_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44, item 2 on this engine: the driver records the data it trains on (``data.json``, as the TRL path)
+    beside its checkpoints when training starts; a resume whose traces changed is refused in one line naming the
+    file, before Ray starts and without touching the record; the same data resumes."""
+    import json
+
+    import nemo_rl.distributed.virtual_cluster as cluster
+
+    from spatialiq_train.core.run_folder import DataChangedError
+
+    def init_ray(*_args: Any, **_kwargs: Any) -> None:
+        raise RayStarted
+
+    monkeypatch.setattr(cluster, "init_ray", init_ray)  # load_api reads it at each run
+    config = _config(tmp_path)
+    with pytest.raises(RayStarted):
+        driver.run("rl", config)
+    ckpt = tmp_path / "nemo_rl" / "rl" / "checkpoints"
+    record = json.loads((ckpt / "data.json").read_text())
+    assert record["phase"] == "rl" and sorted(record["traces"]) == ["rl.jsonl", "val.jsonl"]
+    step = ckpt / "step_2"  # a complete step, as the training loop leaves it
+    shutil.copytree(tiny_model(), step / "policy" / "weights" / "model" / "consolidated")
+    (step / "training_info.json").write_text("{}", encoding="utf-8")
+    (step / "train_dataloader.pt").write_bytes(b"")
+    shutil.copy(config, step / "config.yaml")
+    traces = tmp_path / "traces" / "rl.jsonl"
+    rows = traces.read_text()
+    traces.write_text("".join(reversed(rows.splitlines(keepends=True))))  # same rows and images, another order
+    with pytest.raises(DataChangedError) as info:
+        driver.run("rl", config)
+    assert "\n" not in str(info.value)
+    assert f"data.traces_dir rl.jsonl: recorded sha256 {record['traces']['rl.jsonl'][:12]}, now" in str(info.value)
+    assert json.loads((ckpt / "data.json").read_text()) == record
+    traces.write_text(rows)
+    with pytest.raises(RayStarted):  # the data its checkpoints were trained on: resumed
+        driver.run("rl", config)
+
+
 def test_a_missing_directory_or_malformed_config_is_named(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="--config .*nope.yaml: no such file"):
         driver.run("rl", tmp_path / "nope.yaml")

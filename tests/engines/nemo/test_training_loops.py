@@ -121,7 +121,7 @@ def test_sft_train_runs_and_learns_the_format(runs: dict[str, Any]) -> None:
     assert all(np.isfinite(losses)) and all(float(r["grad_norm"]) > 0 for r in steps)
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
     assert any(r["eval_mode"] for r in runs["sft_train"])  # validation ran inside the loop
-    assert sorted(p.name for p in runs["sft_ckpts"].iterdir()) == ["step_15", "step_30"]
+    assert sorted(p.name for p in runs["sft_ckpts"].iterdir()) == ["data.json", "step_15", "step_30"]
 
 
 def test_grpo_train_runs_three_steps_with_finite_loss_and_gradient(runs: dict[str, Any]) -> None:
@@ -290,7 +290,7 @@ def test_a_killed_run_resumes_where_it_stopped(runs: dict[str, Any], cpu_workers
         mp.setattr(CpuPolicy, "train", train_then_die)
         with pytest.raises(Kill):
             _run("rl", cfg)
-    assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["step_1"]
+    assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["data.json", "step_1"]
 
     reset_log()
     resumed = Spy()
