@@ -182,7 +182,8 @@ PAPER_OVERRIDES = ["rl.num_generations=8", "rl.optimizer.weight_decay=0.01", "rl
                    "rl.dynamic_sampling.batch_multiplier=2"]
 
 
-CLUSTER_SETS = {name: ["model.tiny=false", "model.name_or_path=/models/tiny"] for name in ("tiny_cpu", "tiny_cpu_folding")}
+CLUSTER_SETS = {name: ["model.tiny=false", "model.name_or_path=/models/tiny"]
+                for name in ("tiny_cpu", "tiny_cpu_folding")}
 """What a NeMo-RL run of a shipped recipe must say besides it: the tiny model is built by TRL runs only."""
 
 
