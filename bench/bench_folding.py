@@ -4,9 +4,10 @@ configurations (docs/folding.md). Run by hand.
 Data (built under `--work` unless present): `spatialiq fold gen` train tasks (`--train`) and benchmark tasks
 (`--heldout`): the benchmark split's configurations (folds and holes) are in no training split by construction, so
 they are held out. Their plain traces train `recipes/tiny_cpu_folding.yaml`: one SFT warm-up on the warm-up part,
-shared by every run; then per seed the recipe's RL phase twice from it through the same code (`train.rl.run_rl`): the
-RL run and a control identical except `rl.optimizer.learning_rate=1e-12` (no weight moves). The training-side lift
-is `spatialiq_train.core.learning`'s (RL minus control over the last third of the steps, Student-t across seeds);
+shared by every run; then per seed the recipe's RL phase twice from it through the same code
+(`train.phase.run_phase`): the RL run and a control identical except `rl.optimizer.learning_rate=1e-12` (no weight
+moves). The training-side lift is `spatialiq_train.core.learning`'s (RL minus control over the last third of the
+steps, Student-t across seeds);
 then each final checkpoint is sampled once per held-out task (transformers, greedy, the recipe's completion budget)
 and scored with the paper's metrics (`eval.folding`), and each held-out number gets its paired lift with a Student-t
 interval across seeds. Writes `WORK/folding_learning.json` and prints the summary.
@@ -79,12 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from spatialiq_train.core.learning import learning_summary, summary_lines, t_interval, total_reward_series
     from spatialiq_train.core.metrics import read_metrics
-    from spatialiq_train.train.rl import run_rl
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.rl import rl_phase
+    from spatialiq_train.train.sft import sft_phase
 
     data, traces = ensure_data(a.work, a.train, a.heldout, a.groups.split(","))
     common = [f"data.traces_dir={traces}", f"data.data_root={data}", "logging.save_steps=100000", *a.overrides]
-    sft = run_sft(recipe(common), a.work / "sft")
+    sft = run_phase(sft_phase(), recipe(common), a.work / "sft")
     rl_curves: dict[int, list[float]] = {}
     control_curves: dict[int, list[float]] = {}
     held: dict[str, dict[int, dict[str, float]]] = {"rl": {}, "control": {}}
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             lr = [f"rl.optimizer.learning_rate={CONTROL_LR}"] if variant == "control" else []
             r = recipe([*common, f"run.seed={seed}", *lr])
             out = a.work / f"{variant}-seed{seed}"
-            run_rl(r, out, model_path=str(sft))
+            run_phase(rl_phase(), r, out, model_path=str(sft))
             curves[seed] = total_reward_series(read_metrics(out / "metrics.jsonl"), r.reward.weights)
             held[variant][seed] = heldout_scores(out / "final", data, r.generation.max_completion_length)
     summary = learning_summary(rl_curves, control_curves)

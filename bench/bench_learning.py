@@ -2,7 +2,7 @@
 
 One SFT warm-up (the recipe's own SFT phase: `recipes/tiny_cpu.yaml`, plain traces of the warm-up structures) is
 shared by every run; each seed then runs the RL phase of the recipe twice from that checkpoint through the same code
-(`train.rl.run_rl`): the RL run, and a control identical except `rl.optimizer.learning_rate=1e-12` (the recipe
+(`train.phase.run_phase`): the RL run, and a control identical except `rl.optimizer.learning_rate=1e-12` (the recipe
 refuses 0; at 1e-12 no weight moves by more than float32 rounding). The analysis (`spatialiq_train.core.learning`)
 is engine-agnostic: the lift over the control, averaged over the last third of the RL steps, per seed with an
 interval over the steps and across seeds with a Student-t interval, for the total reward (0-1) and for each reward
@@ -70,22 +70,24 @@ def ensure_sft(work: Path, sft: Path | None, common: list[str], sft_steps: int |
     if sft is not None:
         return sft
     from spatialiq_train.core.recipes import load_recipe
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.sft import sft_phase
 
     sft_keys = [f"sft.optimizer.max_steps={sft_steps}"] if sft_steps is not None else []
     recipe = load_recipe(REPO / "recipes" / "tiny_cpu.yaml", [*common, *sft_keys, "logging.save_steps=100000"])
-    return run_sft(recipe, work / "sft")
+    return run_phase(sft_phase(), recipe, work / "sft")
 
 
 def run_one(out: Path, sft: Path, overrides: list[str]) -> list[dict[str, Any]]:
     """One RL phase from `sft` (resumes; a finished run is read as it is); its metrics rows."""
     from spatialiq_train.core.metrics import read_metrics
     from spatialiq_train.core.recipes import load_recipe
-    from spatialiq_train.train.rl import run_rl
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.rl import rl_phase
 
     recipe = load_recipe(REPO / "recipes" / "tiny_cpu.yaml", overrides)
     t0 = time.perf_counter()
-    run_rl(recipe, out, model_path=str(sft))
+    run_phase(rl_phase(), recipe, out, model_path=str(sft))
     log.info("%s: %.0f s", out, time.perf_counter() - t0)
     return read_metrics(out / "metrics.jsonl")
 

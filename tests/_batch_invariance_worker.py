@@ -104,8 +104,9 @@ def main() -> None:
     from _train_support import tiny_recipe
 
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
-    from spatialiq_train.train.sft import build_sft_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.rl import RewardSetup, rl_phase
+    from spatialiq_train.train.sft import sft_phase
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -124,8 +125,8 @@ def main() -> None:
 
     rows: list[list[str]] = []
     grads: dict[str, Any] = {}
-    sft, _ = build_sft_trainer(recipe, a.model, load_split(traces, "warmup", a.data, "sft"), a.out / f"sft{rank}",
-                               callbacks=[grad_catcher(grads)])
+    sft, _ = build_phase_trainer(sft_phase(), recipe, a.model, load_split(traces, "warmup", a.data, "sft"),
+                                 a.out / f"sft{rank}", callbacks=[grad_catcher(grads)])
     record_rows(sft, rows)
     sft.train()
     save(a.out, "sft", rank, rows, sft, grads)
@@ -133,16 +134,16 @@ def main() -> None:
     # the epoch's tail: 6 rows at a global batch of 4 train one step of 4 rows in every configuration
     rows, grads = [], {}
     tail = tiny_recipe([*sets, "sft.optimizer.max_steps=-1", "sft.optimizer.num_train_epochs=1"])
-    sft, _ = build_sft_trainer(tail, a.model, load_split(traces, "warmup", a.data, "sft", limit=6),
-                               a.out / f"tail{rank}", callbacks=[grad_catcher(grads)])
+    sft, _ = build_phase_trainer(sft_phase(), tail, a.model, load_split(traces, "warmup", a.data, "sft", limit=6),
+                                 a.out / f"tail{rank}", callbacks=[grad_catcher(grads)])
     record_rows(sft, rows)
     sft.train()
     save(a.out, "tail", rank, rows, sft, grads)
 
     rows, grads = [], {}
     rewards = RewardSetup([length_reward], [1.0], [True])
-    rl, _ = build_rl_trainer(recipe, a.model, load_split(traces, "rl", a.data, "rl"), a.out / f"rl{rank}",
-                             rewards=rewards, callbacks=[grad_catcher(grads)])
+    rl, _ = build_phase_trainer(rl_phase(rewards=rewards), recipe, a.model, load_split(traces, "rl", a.data, "rl"),
+                                a.out / f"rl{rank}", callbacks=[grad_catcher(grads)])
     fixed_completions(rl, rows)
     rl.train()
     save(a.out, "rl", rank, rows, rl, grads)

@@ -40,8 +40,9 @@ def main() -> None:
 
     from spatialiq_train.train.data import load_split
     from spatialiq_train.train.export import export_final
-    from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
-    from spatialiq_train.train.sft import build_sft_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.rl import RewardSetup, rl_phase
+    from spatialiq_train.train.sft import sft_phase
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -53,7 +54,8 @@ def main() -> None:
     traces = a.data / "traces"
     report: dict = {"rank": int(os.environ.get("RANK", "0")), "world": int(os.environ.get("WORLD_SIZE", "1"))}
 
-    sft, processor = build_sft_trainer(recipe, a.model, load_split(traces, "warmup", a.data, "sft"), a.out / "sft")
+    sft, processor = build_phase_trainer(sft_phase(), recipe, a.model, load_split(traces, "warmup", a.data, "sft"),
+                                         a.out / "sft")
     sft.train()
     report["sft_digest"] = model_digest(sft.accelerator.unwrap_model(sft.model))
     report["distributed_type"] = str(sft.accelerator.distributed_type)
@@ -61,7 +63,7 @@ def main() -> None:
 
     rewards = RewardSetup([parity_reward], [1.0], [True])
     rl_data = load_split(traces, "rl", a.data, "rl")
-    rl, _ = build_rl_trainer(recipe, str(init), rl_data, a.out / "rl", rewards=rewards)
+    rl, _ = build_phase_trainer(rl_phase(rewards=rewards), recipe, str(init), rl_data, a.out / "rl")
     rl.train()
     report["rl_digest"] = model_digest(rl.accelerator.unwrap_model(rl.model))
     report["refill_log"] = rl.refill_log

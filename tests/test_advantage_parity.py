@@ -101,7 +101,8 @@ def test_parity_of_advantages_inside_trls_trainer(tmp_path: Path, baseline: str,
     """A real TRL GRPOTrainer batch (tiny model, CPU generation): the advantages it hands the loss are the recipe's
     over the rewards it scored, not TRL's own group normalisation."""
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.rl import RewardSetup, rl_phase
 
     traces = write_traces(tmp_path, "rl", 4, np.random.default_rng(0), answer=lambda i: 3)
     recipe = tiny_recipe(["rl.optimizer.max_steps=1", "rl.num_generations=4", "rl.prompts_per_step=2",
@@ -109,8 +110,8 @@ def test_parity_of_advantages_inside_trls_trainer(tmp_path: Path, baseline: str,
                           "generation.max_completion_length=4", "rl.overlong.enabled=false",
                           f"rl.advantage.baseline={baseline}", f"rl.advantage.std={std}"])
     data = load_split(traces, "rl", tmp_path, "rl")
-    trainer, _ = build_rl_trainer(recipe, tiny_model_dir(), data, tmp_path / "out",
-                                  rewards=RewardSetup([_reward], [1.0], [True]))
+    trainer, _ = build_phase_trainer(rl_phase(rewards=RewardSetup([_reward], [1.0], [True])), recipe, tiny_model_dir(),
+                                     data, tmp_path / "out")
     trainer.model.train()
     out = trainer._generate_and_score_completions([data[0]] * 4 + [data[1]] * 4)
     rewards = [1.0, 0.1, 0.2, 0.3] * 2

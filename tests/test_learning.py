@@ -1,7 +1,7 @@
 """RL measurably learns on the CPU (issue 26, TRL half): after a short SFT warm-up, DAPO-tight RL under the recipe's
 own reward beats a control whose weights cannot move, and the same run with the advantages' sign flipped does not.
 
-All three runs go through `train.rl.run_rl` from the same SFT checkpoint with the same seed (one torch thread:
+All three runs go through `train.phase.run_phase` from the same SFT checkpoint with the same seed (one torch thread:
 deterministic on the CPU). The control is the frozen trainer (`--control`: the same rollouts and rewards, no loss);
 the sign-flipped run negates the weights of the recipe's reward terms, which negates every group-normalised
 advantage and changes nothing else (the dynamic-sampling filter keeps the same groups). The data are synthetic
@@ -43,14 +43,15 @@ def warm_up(root: Path) -> tuple[Path, Path, Path]:
     4..9, an RL split of other random images whose answer is always 8, and the tiny model after a short SFT warm-up
     (the answer format, numbers spread over 4..9): what RL can learn is to write the format reliably and to say 8."""
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.sft import sft_phase
 
     rng = np.random.default_rng(7)
     write_traces(root, "warmup", 32, rng, answer=lambda i: 4 + i % 6)
     traces = write_traces(root, "rl", 64, rng, answer=lambda i: 8)
     recipe = tiny_recipe([*SETTING, f"run.seed={SEED}"])
-    init = run_sft(recipe, root / "sft", model_path=tiny_model_dir(),
-                   train_dataset=load_split(traces, "warmup", root, "sft"))
+    init = run_phase(sft_phase(), recipe, root / "sft", model_path=tiny_model_dir(),
+                     train_dataset=load_split(traces, "warmup", root, "sft"))
     return root, traces, init
 
 
@@ -59,7 +60,8 @@ def rl_series(warm: tuple[Path, Path, Path], out: Path, seed: int = SEED, frozen
     """One RL phase of `SETTING` from the warm-up (seed `seed`; the frozen control, or the advantages' sign flipped);
     its per-step mean total reward."""
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.rl import RewardSetup, reward_setup, run_rl
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.rl import RewardSetup, reward_setup, rl_phase
 
     root, traces, init = warm
     recipe = tiny_recipe([*SETTING, f"run.seed={seed}"])
@@ -67,8 +69,8 @@ def rl_series(warm: tuple[Path, Path, Path], out: Path, seed: int = SEED, frozen
     if flip:
         rewards = RewardSetup(rewards.funcs, [-w if f else w for w, f in zip(rewards.weights, rewards.filter_mask,
                                                                                strict=True)], rewards.filter_mask)
-    run_rl(recipe, out, model_path=str(init), train_dataset=load_split(traces, "rl", root, "rl"), rewards=rewards,
-           frozen=frozen)
+    run_phase(rl_phase(rewards=rewards, frozen=frozen), recipe, out, model_path=str(init),
+              train_dataset=load_split(traces, "rl", root, "rl"))
     return total_reward_series(read_metrics(out / "metrics.jsonl"), recipe.reward.weights)
 
 
@@ -93,7 +95,7 @@ def test_the_frozen_control_scores_rollouts_and_keeps_the_weights(warm, control)
     before = model_digest(AutoModelForImageTextToText.from_pretrained(warm[2]))
     after = model_digest(AutoModelForImageTextToText.from_pretrained(out / "final"))
     assert after == before
-    # the idle-phase diagnosis would name this run (no step moved the weights); run_rl does not warn for a control
+    # the idle-phase diagnosis would name this run (no step moved the weights); run_phase does not warn for a control
     assert idle_rl_cause(rows, 24) is not None
 
 

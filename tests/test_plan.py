@@ -89,11 +89,12 @@ def small_split(tmp_path: Path) -> Path:
 ])
 def test_a_global_batch_larger_than_the_split_is_refused_before_any_work(small_split: Path, sets: list[str],
                                                                          message: str) -> None:
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.sft import sft_phase
 
     recipe = tiny_recipe([f"data.traces_dir={small_split / 'traces'}", f"data.data_root={small_split}", *sets])
     with pytest.raises(BatchError, match=message):
-        run_sft(recipe, small_split / "out")
+        run_phase(sft_phase(), recipe, small_split / "out")
     assert not (small_split / "out").exists()  # nothing created
 
 

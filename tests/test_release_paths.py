@@ -74,7 +74,8 @@ def test_a_release_from_a_run_with_absolute_paths_holds_no_part_of_them(tmp_path
     from spatialiq_train.core.recipes import load_recipe
     from spatialiq_train.core.weights import checkpoint_digest
     from spatialiq_train.tiny import save_tiny
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.sft import sft_phase
 
     one_thread()
     home = tmp_path / SECRET
@@ -95,7 +96,7 @@ def test_a_release_from_a_run_with_absolute_paths_holds_no_part_of_them(tmp_path
                           f"rl.init_from={home / 'ckpt' / 'sft-final'}", f"run.output_dir={run}",
                           f"model.name_or_path={home / 'models' / 'Qwen2.5-VL-7B-Instruct'}",
                           "sft.optimizer.max_steps=1", "logging.save_steps=100"])
-    run_sft(recipe, run)
+    run_phase(sft_phase(), recipe, run)
     metrics = home / "eval" / "metrics_mine.json"
     metrics.parent.mkdir()
     metrics.write_text(json.dumps({"name": "mine", "mode": "from-trace", "k": 1, "scenes": 4,

@@ -113,13 +113,14 @@ def test_a_train_sft_run_releases_with_its_recipe_and_base_model(tmp_path: Path)
     import numpy as np
     from _train_support import one_thread, tiny_recipe, write_traces
 
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.sft import sft_phase
 
     one_thread()
     traces = write_traces(tmp_path / "data", "warmup", 4, np.random.default_rng(0), answer=lambda i: i)
     recipe = tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={tmp_path / 'data'}",
                           "data.sft_split=warmup", "sft.optimizer.max_steps=1", "logging.save_steps=100"])
-    run_sft(recipe, tmp_path / "sft")
+    run_phase(sft_phase(), recipe, tmp_path / "sft")
     assert (res := _release(tmp_path / "sft", tmp_path / "rel")).exit_code == 0, res.output
     card = (tmp_path / "rel" / "README.md").read_text()
     assert (tmp_path / "rel" / "training_recipe.yaml").is_file()

@@ -109,7 +109,8 @@ def test_the_trl_path_reads_the_mix_in_order_and_refuses_other_kinds(tmp_path: P
 
     from spatialiq_train.core.traces import TraceError
     from spatialiq_train.train.data import load_training_split
-    from spatialiq_train.train.sft import build_sft_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.sft import sft_phase
 
     own, other = _folder(tmp_path, "own", 6, "sys"), _folder(tmp_path, "other", 2, "sys")
     recipe = _mixed_recipe(own, other)
@@ -119,7 +120,7 @@ def test_the_trl_path_reads_the_mix_in_order_and_refuses_other_kinds(tmp_path: P
     assert len(origin) == 8 and [origin[b * 4:(b + 1) * 4].count("own") for b in range(2)] == [3, 3]
     assert sorted(p for p, o in zip(paths, origin, strict=True) if o == "own") == sorted(
         str(own.parent / f"img/warmup_{i}.png") for i in range(6))  # the run's own rows once each
-    trainer, _ = build_sft_trainer(recipe, tiny_model_dir(), dataset, tmp_path / "sft")
+    trainer, _ = build_phase_trainer(sft_phase(), recipe, tiny_model_dir(), dataset, tmp_path / "sft")
     assert list(trainer._get_train_sampler()) == list(range(8))  # steps read the batches in the mix's order
 
     plain = _folder(tmp_path, "plain", 2, None)
@@ -132,7 +133,8 @@ def test_the_trl_path_reads_the_mix_in_order_and_refuses_other_kinds(tmp_path: P
 
 def test_grpo_reads_the_mix_one_step_of_prompts_at_a_time(tmp_path: Path) -> None:
     from spatialiq_train.train.data import load_training_split
-    from spatialiq_train.train.rl import build_rl_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.rl import rl_phase
 
     own, other = _folder(tmp_path, "own", 6, "sys", "rl"), _folder(tmp_path, "other", 2, "sys", "rl")
     recipe = _mixed_recipe(own, other)
@@ -140,7 +142,7 @@ def test_grpo_reads_the_mix_one_step_of_prompts_at_a_time(tmp_path: Path) -> Non
     dataset = load_training_split(resolve(recipe, "rl", Hardware(gpu=False)))
     origin = [sid.split("-")[0] for sid in dataset["structure_id"]]
     assert [origin[b * 4:(b + 1) * 4].count("other") for b in range(2)] == [1, 1]
-    trainer, _ = build_rl_trainer(recipe, tiny_model_dir(), dataset, tmp_path / "rl")
+    trainer, _ = build_phase_trainer(rl_phase(), recipe, tiny_model_dir(), dataset, tmp_path / "rl")
     assert trainer.args.shuffle_dataset is False
     drawn = list(trainer._get_train_sampler())  # TRL's repeat sampler: each prompt num_generations times
     assert list(dict.fromkeys(drawn)) == list(range(8)) and drawn[:8] == [0] * 8

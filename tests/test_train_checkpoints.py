@@ -39,7 +39,8 @@ def test_a_checkpoint_cut_off_mid_save_is_set_aside_and_the_resume_uses_the_last
         data: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from transformers import TrainerCallback
 
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.sft import sft_phase
 
     class Killed(RuntimeError):
         pass
@@ -53,7 +54,7 @@ def test_a_checkpoint_cut_off_mid_save_is_set_aside_and_the_resume_uses_the_last
     out = tmp_path / "sft"
     cmd = _cmd(root, traces, out, steps=6)
     with pytest.raises(Killed):
-        run_sft(tiny_recipe(cmd[6:]), out, callbacks=[KillAt5()])
+        run_phase(sft_phase(), tiny_recipe(cmd[6:]), out, callbacks=[KillAt5()])
     # checkpoint-2 and checkpoint-4 were saved; cut checkpoint-4 as SIGKILL mid-save would: weights half-written,
     # no trainer_state.json (the trainer writes it last)
     ckpt = out / "checkpoint-4"

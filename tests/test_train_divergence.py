@@ -38,7 +38,8 @@ def test_a_nan_parameter_stops_sft_at_its_step_before_saving(tmp_path: Path) -> 
     import torch
     from transformers import TrainerCallback
 
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.sft import sft_phase
 
     class Poison(TrainerCallback):  # what a learning rate far too large does to the weights
         def on_optimizer_step(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
@@ -51,7 +52,7 @@ def test_a_nan_parameter_stops_sft_at_its_step_before_saving(tmp_path: Path) -> 
     recipe = tiny_recipe([f"data.traces_dir={traces}", f"data.data_root={tmp_path}", "sft.optimizer.max_steps=4",
                           "logging.save_steps=1", "logging.report_to=[]"])
     with pytest.raises(DivergenceError, match=r"sft diverged at step 2: parameter \S+ is not finite") as info:
-        run_sft(recipe, tmp_path / "sft", model_path=tiny_model_dir(), callbacks=[Poison()])
+        run_phase(sft_phase(), recipe, tmp_path / "sft", model_path=tiny_model_dir(), callbacks=[Poison()])
     assert info.value.exit_code == EXIT_FAILURE
     assert (tmp_path / "sft" / "checkpoint-1").is_dir() and not (tmp_path / "sft" / "checkpoint-2").exists()
     assert not (tmp_path / "sft" / "final").exists()

@@ -147,10 +147,12 @@ def ds_env(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 
 def _trainer(ds_env, dataset, out: Path):  # noqa: ANN001, ANN202
-    from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.rl import RewardSetup, rl_phase
 
     recipe, model, *_ = ds_env
-    trainer, _ = build_rl_trainer(recipe, model, dataset, out, rewards=RewardSetup([parity_reward], [1.0], [True]))
+    trainer, _ = build_phase_trainer(rl_phase(rewards=RewardSetup([parity_reward], [1.0], [True])), recipe, model,
+                                     dataset, out)
     trainer.model.train()
     return trainer
 
@@ -212,11 +214,13 @@ def test_training_step_logs_dynamic_sampling_counts(ds_env, tmp_path: Path) -> N
 
 
 def test_rl_trainer_rows_and_refills_come_at_the_recipe_pixel_budget(ds_env, tmp_path: Path) -> None:  # noqa: ANN001
-    from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.rl import RewardSetup, rl_phase
 
     recipe, model, odd, *_ = ds_env
     upscaled = recipe.model_copy(update={"model": recipe.model.model_copy(update={"min_pixels": 112 * 112})})
     assert odd[0]["images"][0].size == (56, 56)
-    trainer, _ = build_rl_trainer(upscaled, model, odd, tmp_path, rewards=RewardSetup([parity_reward], [1.0], [True]))
+    trainer, _ = build_phase_trainer(rl_phase(rewards=RewardSetup([parity_reward], [1.0], [True])), upscaled, model,
+                                     odd, tmp_path)
     assert trainer.train_dataset[0]["images"][0].size == (112, 112)  # what the refill draws read too
     assert len(trainer.train_dataset) == len(odd)

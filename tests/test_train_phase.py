@@ -68,13 +68,14 @@ def test_optimizer_and_validation_reach_the_sft_config(tmp_path: Path) -> None:
 
 def test_warm_start_schedule_starts_at_the_factor(tmp_path: Path) -> None:
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.sft import build_sft_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.sft import sft_phase
 
     traces = write_traces(tmp_path, "warmup", 4, np.random.default_rng(0), answer=lambda i: i)
     recipe = tiny_recipe(["sft.optimizer.lr_scheduler_type=constant_with_warmup", "sft.optimizer.warmup_steps=4",
                           "sft.optimizer.warmup_start_factor=0.1", "sft.optimizer.learning_rate=0.01"])
-    trainer, _ = build_sft_trainer(recipe, tiny_model_dir(), load_split(traces, "warmup", tmp_path, "sft"),
-                                   tmp_path / "sft")
+    trainer, _ = build_phase_trainer(sft_phase(), recipe, tiny_model_dir(),
+                                     load_split(traces, "warmup", tmp_path, "sft"), tmp_path / "sft")
     trainer.create_optimizer()
     scheduler = trainer.create_scheduler(10, trainer.optimizer)
     lrs = []
@@ -91,13 +92,14 @@ def test_an_epochs_tail_is_left_out_whatever_the_accumulation(tmp_path: Path, mi
     of 2 (the transformers loop would otherwise train a second step on the 2-row tail); the same on any number of
     processes, whose shares of a whole global batch are whole micro-batches."""
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.sft import build_sft_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.sft import sft_phase
 
     traces = write_traces(tmp_path, "warmup", 6, np.random.default_rng(0), answer=lambda i: i)
     recipe = tiny_recipe(["sft.optimizer.max_steps=-1", "sft.optimizer.num_train_epochs=2",
                           f"sft.optimizer.micro_batch_size={micro}", "logging.save_steps=100"])
-    trainer, _ = build_sft_trainer(recipe, tiny_model_dir(), load_split(traces, "warmup", tmp_path, "sft"),
-                                   tmp_path / "sft")
+    trainer, _ = build_phase_trainer(sft_phase(), recipe, tiny_model_dir(),
+                                     load_split(traces, "warmup", tmp_path, "sft"), tmp_path / "sft")
     loader = trainer.get_train_dataloader()
     assert sum(len(b["input_ids"]) for b in loader) == 4  # one whole global batch of the 6 rows
     trainer.train()
@@ -141,8 +143,9 @@ def test_vllm_section_reaches_grpo_config_when_usable() -> None:
 @pytest.mark.slow
 def test_both_phases_validate_on_the_eval_split(tmp_path: Path) -> None:
     from spatialiq_train.core.metrics import read_metrics
-    from spatialiq_train.train.rl import run_rl
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.rl import rl_phase
+    from spatialiq_train.train.sft import sft_phase
 
     rng = np.random.default_rng(5)
     write_traces(tmp_path, "warmup", 8, rng, answer=lambda i: i % 10)
@@ -154,9 +157,9 @@ def test_both_phases_validate_on_the_eval_split(tmp_path: Path) -> None:
                           "sft.validation.early_stopping_patience=1", "sft.validation.early_stopping_min_delta=0.5",
                           "rl.optimizer.max_steps=2", "rl.validation.every_steps=2", "rl.validation.max_samples=4",
                           "logging.save_steps=2"])
-    init = run_sft(recipe, tmp_path / "sft", model_path=tiny_model_dir())
+    init = run_phase(sft_phase(), recipe, tmp_path / "sft", model_path=tiny_model_dir())
     sft_eval = [r for r in read_metrics(tmp_path / "sft" / "metrics.jsonl") if "eval/loss" in r]
     assert [r["step"] for r in sft_eval] == [2, 4]  # a frozen loss never improves by 0.5: stopped after 2 checks
-    run_rl(recipe, tmp_path / "rl", model_path=str(init))
+    run_phase(rl_phase(), recipe, tmp_path / "rl", model_path=str(init))
     rl_eval = [r for r in read_metrics(tmp_path / "rl" / "metrics.jsonl") if "eval/exact_match" in r]
     assert [r["step"] for r in rl_eval] == [2] and 0.0 <= rl_eval[0]["eval/exact_match"] <= 1.0

@@ -198,7 +198,8 @@ def test_resume_restores_the_checkpoint_weights(tmp_path: Path) -> None:
 
     from spatialiq_train.train import common
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.sft import build_sft_trainer, run_sft
+    from spatialiq_train.train.phase import build_phase_trainer, run_phase
+    from spatialiq_train.train.sft import sft_phase
 
     root = tmp_path / "data"
     traces = write_traces(root, "warmup", 8, np.random.default_rng(3), answer=lambda i: i % 10)
@@ -206,10 +207,10 @@ def test_resume_restores_the_checkpoint_weights(tmp_path: Path) -> None:
                           "sft.optimizer.max_steps=4", "logging.save_steps=2"])
     out = tmp_path / "sft"
     with pytest.raises(Interrupted):
-        run_sft(recipe, out, callbacks=[_interrupt_at(3)])
+        run_phase(sft_phase(), recipe, out, callbacks=[_interrupt_at(3)])
     base = str(out / "base")
     dataset = load_split(traces, "warmup", root, "sft", None)
-    trainer, _ = build_sft_trainer(recipe, base, dataset, out)
+    trainer, _ = build_phase_trainer(sft_phase(), recipe, base, dataset, out)
     start = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     ckpt = common.resume_from(trainer, out)
     assert ckpt is not None and ckpt.endswith("checkpoint-2")

@@ -34,11 +34,12 @@ def _sft_dataset(data):  # noqa: ANN001, ANN202
 
 
 def test_sft_loss_only_on_assistant_tokens_and_falls(data, tmp_path: Path) -> None:  # noqa: ANN001
-    from spatialiq_train.train.sft import build_sft_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.sft import sft_phase
 
     recipe = tiny_recipe(["sft.optimizer.max_steps=12", "logging.save_steps=100", "logging.report_to=[tensorboard]"])
     model = tiny_model_dir()
-    trainer, processor = build_sft_trainer(recipe, model, _sft_dataset(data), tmp_path / "sft")
+    trainer, processor = build_phase_trainer(sft_phase(), recipe, model, _sft_dataset(data), tmp_path / "sft")
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
     tok = processor.tokenizer
     for i in range(3):
@@ -61,11 +62,12 @@ def test_lora_sft_trains_adapters_and_exports_merged_weights(data, tmp_path: Pat
     from safetensors import safe_open
     from transformers import AutoModelForImageTextToText
 
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.sft import sft_phase
 
     recipe = tiny_recipe(["sft.optimizer.max_steps=2", "logging.save_steps=100", "model.lora.enabled=true",
                           "model.lora.r=4"])
-    final = run_sft(recipe, tmp_path / "sft", train_dataset=_sft_dataset(data))
+    final = run_phase(sft_phase(), recipe, tmp_path / "sft", train_dataset=_sft_dataset(data))
     with safe_open(final / "model.safetensors", "pt") as fh:
         keys = list(fh.keys())
     assert keys and not any("lora" in k for k in keys)
@@ -101,7 +103,8 @@ def test_sft_recipe_knobs_reach_config(tmp_path: Path) -> None:
 
 def test_rl_recipe_knobs_reach_trainer(data, tmp_path: Path) -> None:  # noqa: ANN001
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.rl import build_rl_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.rl import rl_phase
 
     root, traces = data
     recipe = tiny_recipe(["rl.epsilon=0.15", "rl.epsilon_high=0.31", "rl.beta=0.07", "rl.loss_type=dapo",
@@ -109,7 +112,7 @@ def test_rl_recipe_knobs_reach_trainer(data, tmp_path: Path) -> None:  # noqa: A
                           "generation.max_completion_length=20", "generation.temperature=0.9",
                           "rl.overlong.buffer_length=5", "rl.overlong.penalty=0.5", "model.freeze_vision=true"])
     model = tiny_model_dir()
-    trainer, _ = build_rl_trainer(recipe, model, load_split(traces, "rl", root, "rl"), tmp_path / "rl")
+    trainer, _ = build_phase_trainer(rl_phase(), recipe, model, load_split(traces, "rl", root, "rl"), tmp_path / "rl")
     a = trainer.args
     assert (a.epsilon, a.epsilon_high, a.beta, a.loss_type) == (0.15, 0.31, 0.07, "dapo")
     assert (a.learning_rate, a.warmup_steps, a.num_generations) == (2.5e-4, 3, 4)
@@ -132,8 +135,9 @@ def test_rl_recipe_knobs_reach_trainer(data, tmp_path: Path) -> None:  # noqa: A
 def test_rl_after_sft_warmup_raises_exact_match(data, tmp_path: Path) -> None:  # noqa: ANN001
     """Feasibility note section 5: SFT warm start, then binary-reward GRPO at a high lr for the hidden-64 model."""
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.rl import build_rl_trainer
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import build_phase_trainer, run_phase
+    from spatialiq_train.train.rl import rl_phase
+    from spatialiq_train.train.sft import sft_phase
 
     root, traces = data
     recipe = tiny_recipe(["sft.optimizer.max_steps=120", "rl.optimizer.max_steps=80",
@@ -143,8 +147,10 @@ def test_rl_after_sft_warmup_raises_exact_match(data, tmp_path: Path) -> None:  
                           # A learning check on one random stream: since refills are drawn rank-aware
                           # (train/distributed.py), seed 0 ends at 0.66 and seeds 1, 2, 3 pass (measured).
                           "run.seed=1"])
-    init = run_sft(recipe, tmp_path / "sft", model_path=tiny_model_dir(), train_dataset=_sft_dataset(data))
-    trainer, _ = build_rl_trainer(recipe, str(init), load_split(traces, "rl", root, "rl"), tmp_path / "rl")
+    init = run_phase(sft_phase(), recipe, tmp_path / "sft", model_path=tiny_model_dir(),
+                     train_dataset=_sft_dataset(data))
+    trainer, _ = build_phase_trainer(rl_phase(), recipe, str(init), load_split(traces, "rl", root, "rl"),
+                                     tmp_path / "rl")
     trainer.train()
     acc = [r["reward/exact_match/mean"] for r in read_metrics(tmp_path / "rl" / "metrics.jsonl")]
     assert len(acc) == 80

@@ -59,11 +59,12 @@ def _writing(run_dir: Path, recipe=None) -> Iterator[None]:  # noqa: ANN001
 def sft_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES,
             extend: bool = EXTEND) -> None:
     """Supervised fine-tuning (SFT-plain or SFT-CoT) on the recipe's data.sft_split; loss on assistant tokens."""
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.sft import sft_phase
 
     rec = load_checked(recipe, overrides)
     with _writing(run_dir := _out(rec, out, "sft"), rec):
-        final = run_sft(rec, run_dir, extend=extend)
+        final = run_phase(sft_phase(), rec, run_dir, extend=extend)
     typer.echo(f"SFT finished: {final}")
 
 
@@ -80,14 +81,15 @@ def rl_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] |
            control: bool = typer.Option(False, "--control", help="The control of a learning curve: generate and "
                                         "score as RL does, at the unchanged weights (no loss, no update).")) -> None:
     """GRPO under the DAPO recipe on data.rl_split, starting from (and KL-anchored to) rl.init_from."""
-    from spatialiq_train.train.rl import run_rl
+    from spatialiq_train.train.phase import run_phase
+    from spatialiq_train.train.rl import rl_phase
 
     rec = load_checked(recipe, overrides)
     if rec.rl.init_from is None and not rec.model.tiny:
         typer.echo("note: rl.init_from is not set; starting from (and anchoring to) model.name_or_path", err=True)
     rl_dir = _out(rec, out, "rl")
     with _writing(rl_dir, rec):
-        final = run_rl(rec, rl_dir, extend=extend, frozen=control)
+        final = run_phase(rl_phase(frozen=control), rec, rl_dir, extend=extend)
     typer.echo(f"RL {'control ' if control else ''}finished: {final}")
     if not control:
         _learned_nothing_note(rec, rl_dir)

@@ -40,6 +40,9 @@ class PhaseSpec:
     total_weights: dict[str, float] | None = None
     """RL with the caller's own reward functions: name -> weight of those the total reward sums (None: the plan's
     ``reward.weights``)."""
+    after_run: Callable[[Path], None] | None = None
+    """Called with the output folder when `run_phase` returns, trained or already complete (RL: the idle-phase
+    warning)."""
 
 
 def phase_config(spec: PhaseSpec, plan: PhasePlan, output_dir: str | Path) -> Any:
@@ -203,19 +206,32 @@ def run_phase(
     extend: bool = False,
 ) -> Path:
     """Train the phase (resuming from the newest checkpoint under `output_dir`, weights included) and export the
-    policy to `final_dir` (default `output_dir/final`; a LoRA adapter is kept in `output_dir/adapter`).
+    policy to `final_dir` (default `output_dir/final`; a LoRA adapter is kept in `output_dir/adapter`). The policy
+    starts from `model_path`, else the plan's `rl.init_from` (RL), else the base model. Datasets default to the
+    plan's splits (`data.{sft,rl}_split`, `data.eval_split`).
 
     First the recipe is compared with the folder's record (`train.record`): a setting the phase reads that differs
     is refused, finished or not. A phase already finished under the same step budget is complete: nothing is loaded
     or written and `final_dir` is returned as it is. A larger budget needs `extend` (`train.completion`). Nothing
-    is created before the training data has been read and checked; the record is written when training starts."""
+    is created before the training data has been read and checked; the record is written when training starts.
+    `spec.after_run` is called with `output_dir` last."""
+    final = _run_phase(spec, recipe, Path(output_dir), model_path, train_dataset, eval_dataset, final_dir, callbacks,
+                       extend)
+    if spec.after_run is not None:
+        spec.after_run(Path(output_dir))
+    return final
+
+
+def _run_phase(spec: PhaseSpec, recipe: Recipe, out: Path, model_path: str | None, train_dataset: Any,
+               eval_dataset: Any, final_dir: str | Path | None, callbacks: list[Any] | None, extend: bool) -> Path:
     from spatialiq_train.train import completion, record
     from spatialiq_train.train.checkpoints import disk_full_as_one_line
     from spatialiq_train.train.export import export_final
 
-    out = Path(output_dir)
     final = Path(final_dir) if final_dir else out / "final"
     plan = machine_plan(recipe, spec.name)  # the values; the GPU memory plan is added once the model is known
+    if model_path is None and plan.model.init_from is not None:
+        model_path = common.check_init_from(plan.model.init_from)
     budget = completion.budget_of(plan.optimizer)
     marker = completion.read_marker(out, budget)
     ready = completion.final_ready(final)

@@ -99,15 +99,25 @@ def _make_trainer(rewards: RewardSetup | None, frozen: bool = False) -> Any:
 
 def rl_phase(recipe: Recipe | None = None, rewards: RewardSetup | None = None,
              frozen: bool = False) -> phase.PhaseSpec:
-    """The RL phase; `rewards` the caller's own reward functions (default: the plan's), `frozen` makes it the
-    control of a learning curve (rollouts and rewards, no update)."""
+    """The RL phase, for `phase.run_phase` and `phase.build_phase_trainer` (the trainer is a
+    `DynamicSamplingGRPOTrainer`; the policy path is also the KL reference). `rewards` the caller's own reward
+    functions (default: the plan's); `frozen` makes it the control of a learning curve: the same rollouts, rewards
+    and logs at the unchanged weights, no loss or update (`dynamic_sampling.DynamicSamplingMixin.compute_loss`).
+    Unless frozen, a run whose steps updated no weight warns, naming the cause and the knobs
+    (`core.learning.idle_rl_cause`); `rl_learned_nothing` returns that message for the CLI's summary."""
     total = None
     if rewards is not None and rewards.funcs:  # the terms that drive the filter are the recipe's own: summed
         terms = zip(rewards.funcs, rewards.weights, rewards.filter_mask, strict=True)
         total = {getattr(f, "__name__", f"reward{i}"): w for i, (f, w, keep) in enumerate(terms) if keep}
     return phase.PhaseSpec(name="rl", config_class=_config_class, make_trainer=_make_trainer(rewards, frozen),
                            reward_weights=list(rewards.weights) if rewards is not None else None,
-                           total_weights=total or None)
+                           total_weights=total or None, after_run=None if frozen else _warn_if_idle)
+
+
+def _warn_if_idle(output_dir: Path) -> None:
+    """The idle-phase warning of an RL run (not of its control): the cause and the knobs (`rl_learned_nothing`)."""
+    if cause := rl_learned_nothing(output_dir):
+        log.warning("%s", cause)
 
 
 def grpo_config(recipe: Recipe, output_dir: str | Path, reward_weights: list[float] | None = None,
@@ -115,50 +125,6 @@ def grpo_config(recipe: Recipe, output_dir: str | Path, reward_weights: list[flo
     """The TRL `GRPOConfig` a run of the recipe's RL phase trains with on this machine (`machine_plan`)."""
     weights_only = None if reward_weights is None else RewardSetup([], list(reward_weights), [])
     return phase.phase_config(rl_phase(rewards=weights_only), machine_plan(recipe, "rl", model_path), output_dir)
-
-
-def build_rl_trainer(
-    recipe: Recipe,
-    model_path: str,
-    train_dataset: Any,
-    output_dir: str | Path,
-    rewards: RewardSetup | None = None,
-    callbacks: list[Any] | None = None,
-    eval_dataset: Any = None,
-) -> tuple[Any, Any]:
-    """(DynamicSamplingGRPOTrainer, processor). `model_path` is the policy init and the KL reference."""
-    return phase.build_phase_trainer(rl_phase(rewards=rewards), recipe, model_path, train_dataset, output_dir,
-                                     eval_dataset, callbacks)
-
-
-def run_rl(
-    recipe: Recipe,
-    output_dir: str | Path,
-    model_path: str | None = None,
-    train_dataset: Any = None,
-    final_dir: str | Path | None = None,
-    rewards: RewardSetup | None = None,
-    callbacks: list[Any] | None = None,
-    eval_dataset: Any = None,
-    extend: bool = False,
-    frozen: bool = False,
-) -> Path:
-    """Train (resuming from the newest checkpoint under `output_dir`) and export to `final_dir`
-    (default `output_dir/final`). The policy starts from `model_path`, else `rl.init_from`, else the base model.
-    A finished run is complete; a larger step budget needs `extend` (`phase.run_phase`). `frozen` runs the control
-    of a learning curve: the same rollouts, rewards and logs at the unchanged weights, no loss or update
-    (`dynamic_sampling.DynamicSamplingMixin.compute_loss`).
-
-    When no step updated the weights, the phase warns, naming the cause and the knobs
-    (`core.learning.idle_rl_cause`); `rl_learned_nothing` returns that message for the CLI's summary."""
-    settings = mapper.trainer_settings(machine_plan(recipe, "rl"))
-    if model_path is None and settings["model"]["init_from"] is not None:
-        model_path = common.check_init_from(settings["model"]["init_from"])
-    final = phase.run_phase(rl_phase(rewards=rewards, frozen=frozen), recipe, output_dir, model_path, train_dataset,
-                            eval_dataset, final_dir, callbacks, extend)
-    if not frozen and (cause := rl_learned_nothing(output_dir)):
-        log.warning("%s", cause)
-    return final
 
 
 def rl_learned_nothing(output_dir: str | Path) -> str | None:

@@ -96,10 +96,11 @@ def run_dapo_tight(
     """Run (or resume) both phases; returns DIR/final. Datasets default to the recipe's trace splits. A finished
     run is complete and a rerun changes nothing; a larger RL step budget needs `extend`."""
     from spatialiq_train.train.held_out import check_validation_held_out
+    from spatialiq_train.train.phase import run_phase
     from spatialiq_train.train.plan import machine_plan
     from spatialiq_train.train.preflight import check_rl_ready
-    from spatialiq_train.train.rl import run_rl
-    from spatialiq_train.train.sft import run_sft
+    from spatialiq_train.train.rl import rl_phase
+    from spatialiq_train.train.sft import sft_phase
 
     out = Path(out_dir)
     check_run_recipe(recipe, out, extend)  # every check before anything is created: a refusal leaves nothing
@@ -128,6 +129,7 @@ def run_dapo_tight(
     elif (sft_final / "config.json").is_file():
         log.info("SFT warm-up already finished (%s); skipping to RL", sft_final)
     else:
-        run_sft(recipe, out / "sft", model_path=rl_model, train_dataset=sft_dataset, callbacks=sft_callbacks)
-    return run_rl(recipe, out / "rl", model_path=init_from or str(sft_final), train_dataset=rl_dataset,
-                  final_dir=out / "final", rewards=rl_rewards, callbacks=rl_callbacks, extend=extend)
+        run_phase(sft_phase(), recipe, out / "sft", model_path=rl_model, train_dataset=sft_dataset,
+                  callbacks=sft_callbacks)
+    return run_phase(rl_phase(rewards=rl_rewards), recipe, out / "rl", model_path=init_from or str(sft_final),
+                     train_dataset=rl_dataset, final_dir=out / "final", callbacks=rl_callbacks, extend=extend)

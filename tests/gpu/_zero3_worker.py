@@ -17,7 +17,8 @@ def main() -> None:
 
     from spatialiq_train.train.data import load_split
     from spatialiq_train.train.export import export_final
-    from spatialiq_train.train.sft import build_sft_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.sft import sft_phase
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -28,7 +29,7 @@ def main() -> None:
                           "logging.save_steps=100",
                           "model.lora.enabled=true", "model.lora.r=4", "sft.optimizer.gradient_checkpointing=false"])
     ds = load_split(a.data / "traces", "warmup", a.data, "sft")
-    trainer, processor = build_sft_trainer(recipe, a.model, ds, a.out / "sft")
+    trainer, processor = build_phase_trainer(sft_phase(), recipe, a.model, ds, a.out / "sft")
     trainer.train()
     final = export_final(trainer, processor, a.out / "final")
     if trainer.accelerator.is_main_process:

@@ -28,15 +28,16 @@ def test_grpo_with_colocated_vllm_two_steps(vllm_tiny: Path, tmp_path: Path) -> 
 
     from spatialiq_train.core.metrics import read_metrics
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.rl import RewardSetup, rl_phase
 
     traces = write_traces(tmp_path, "rl", 16, np.random.default_rng(0), answer=lambda i: i)
     recipe = tiny_recipe(["run.device=cuda", "model.dtype=bfloat16", "vllm.enabled=true", "vllm.mode=colocate",
                           "vllm.gpu_memory_utilization=0.2", "rl.optimizer.max_steps=2", f"rl.num_generations={G}",
                           "rl.prompts_per_step=2", "generation.max_completion_length=16",
                           "logging.save_steps=100"])
-    trainer, _ = build_rl_trainer(recipe, str(vllm_tiny), load_split(traces, "rl", tmp_path, "rl"), tmp_path / "rl",
-                                  rewards=RewardSetup([parity_reward], [1.0], [True]))
+    trainer, _ = build_phase_trainer(rl_phase(rewards=RewardSetup([parity_reward], [1.0], [True])), recipe,
+                                     str(vllm_tiny), load_split(traces, "rl", tmp_path, "rl"), tmp_path / "rl")
     assert trainer.use_vllm and trainer.args.vllm_mode == "colocate"
     before = model_digest(trainer.accelerator.unwrap_model(trainer.model))
     t0 = time.perf_counter()

@@ -17,7 +17,8 @@ def main() -> None:
     from spatialiq_train.core.recipes import load_recipe
     from spatialiq_train.train import export
     from spatialiq_train.train.data import load_split
-    from spatialiq_train.train.sft import build_sft_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.sft import sft_phase
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -28,8 +29,8 @@ def main() -> None:
     recipe = load_recipe(repo / "recipes" / "tiny_cpu.yaml",
                          ["run.device=cpu", "sft.optimizer.max_steps=1", "sft.optimizer.global_batch_size=4",
                           "logging.save_steps=100", "model.lora.enabled=true", "model.lora.r=4"])
-    trainer, processor = build_sft_trainer(recipe, a.model, load_split(a.data / "traces", "warmup", a.data, "sft"),
-                                           a.out / "sft")
+    trainer, processor = build_phase_trainer(sft_phase(), recipe, a.model,
+                                             load_split(a.data / "traces", "warmup", a.data, "sft"), a.out / "sft")
     trainer.train()
 
     def broken_merge(*args: object, **kwargs: object) -> Path:

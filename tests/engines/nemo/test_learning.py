@@ -21,18 +21,17 @@ import torch
 from spatialiq_train.core.learning import learning_summary
 
 SEED = 0
-SETTING = _learning.Setting(steps=16, sft_steps=100, extra=("rl.dynamic_sampling.batch_multiplier=2",))
+SETTING = _learning.Setting(steps=16, sft_steps=100)
 """16 RL steps of ``spatialiq recipes nemo-rl tiny_cpu`` as generated (its learning rate 5e-4, its batch of 4 prompts
-x 8 completions, its advantage, its step budget; no learning-rate or batch override), after 100 SFT steps at 2e-3:
-the main suite test's setting (tests/test_learning.py), but for the draw of dynamic sampling: 2 x 4 prompts per
-generation batch (``rl.dynamic_sampling.batch_multiplier``, the released draw and what NeMo-RL runs drew before the
-draw became a recipe value). Measured on seed 0: lift 0.100 at the draw of 2, 0.024 at tiny_cpu's 1 (TRL's test:
-0.073 at 1, 0.009 at 2); one seed each, so the two engines' CI tests still draw differently."""
+x 8 completions, its draw of 1 x 4 prompts per dynamic-sampling generation batch, its advantage, its step budget; no
+RL override), after 100 SFT steps at 2e-3: the main suite test's setting (tests/test_learning.py), which also runs
+tiny_cpu's draw. Measured on seed 0 at this draw: lift 0.049, sign-flipped lift -0.557 (the flipped run stopped at
+the dynamic-sampling cap at step 15); TRL's test: 0.073."""
 MARGIN = 0.041
 """The main suite test's margin: 3 x the seed-to-seed standard deviation of that test's lift (TRL, RL seeds 0-4: 0.073,
-0.065, 0.078, 0.067, 0.043). This test's own lifts for RL seeds 0-4 were 0.074, 0.058, 0.058, 0.060, 0.072, and
-every sign-flipped run fell to reward 0 by step 9 (lift -0.66); seed 0 here gives 0.074 where TRL's gives 0.073. Its
-seeds are not independent draws (the runs share their first ten steps' rewards), so its own spread would understate
+0.065, 0.078, 0.067, 0.043). This test's own lifts for RL seeds 0-4, at the draw of 2 it ran before, were 0.074,
+0.058, 0.058, 0.060, 0.072, and every sign-flipped run fell to reward 0 by step 9 (lift -0.66). Its seeds are
+not independent draws (the runs share their first ten steps' rewards), so its own spread would understate
 the noise and the TRL spread is used. RL must exceed the margin and the sign-flipped run must fall below minus it."""
 
 

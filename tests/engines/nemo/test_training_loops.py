@@ -27,10 +27,9 @@ G = 4
 RL_SETS = (f"rl.num_generations={G}", "rl.optimizer.max_steps=3", "rl.optimizer.learning_rate=1e-3",
            "rl.optimizer.warmup_steps=0", "generation.max_completion_length=10", "rl.overlong.buffer_length=4",
            "rl.overlong.max_response_length=10", "rl.validation.every_steps=3", "rl.validation.max_samples=8",
-           "logging.save_steps=1", "sft.validation.early_stopping_patience=null", "logging.report_to=[tensorboard]",
-           "rl.dynamic_sampling.batch_multiplier=2")
-"""The released draw of 2 x the step's prompts per generation batch, which these loop tests were written for (the
-shipped recipes now draw 1 x, rl.dynamic_sampling.batch_multiplier)."""
+           "logging.save_steps=1", "sft.validation.early_stopping_patience=null", "logging.report_to=[tensorboard]")
+"""The recipe's own draw (dapo_tight_7b: rl.dynamic_sampling.batch_multiplier 1, 1 x the step's prompts per
+generation batch) is not overridden."""
 
 
 class Kill(Exception):  # noqa: N818 - a signal, not an error
@@ -198,13 +197,27 @@ def test_the_loss_receives_each_views_leave_one_out_advantages(runs: dict[str, A
         assert not np.allclose(one_group, want, atol=1e-3)  # the batch as one group would differ
 
 
+def _batches_per_epoch(runs: dict[str, Any]) -> int:
+    """Generation batches in one pass of v0.7.0's loader: the split's rows // the draw (``drop_last``)."""
+    (rows,) = {len(p.read_text(encoding="utf-8").splitlines()) for p in (runs["data_root"] / "traces").glob("*.jsonl")}
+    grpo = runs["rl_written"]["grpo"]
+    return rows // (grpo["num_prompts_per_step"] * grpo["batch_multiplier"])
+
+
 def test_dynamic_sampling_drops_exactly_the_views_whose_samples_agree(runs: dict[str, Any]) -> None:
+    """Each training batch is the first ``num_prompts_per_step`` kept views since the last training batch, or since
+    the epoch began: v0.7.0's ``grpo_train`` starts every pass over its loader with an empty cache (``batch_cache =
+    None`` and the batch count at 0), so views kept in the batches that end an epoch without filling a step are not
+    trained on (docs/training.md, dynamic sampling)."""
     master_num_prompts = runs["rl_written"]["grpo"]["num_prompts_per_step"]
     calls = runs["spy"].calls
     assert calls and any(c["complete"] for c in calls)
+    per_epoch = _batches_per_epoch(runs)
     dropped_any = False
     cache: list[int] = []
-    for c in calls:
+    for n, c in enumerate(calls):
+        if n % per_epoch == 0:
+            cache = []
         keep = _views_that_vary(c["rewards"])  # on the unshaped rewards
         expected = [i for i, k in zip(c["idx"], keep, strict=True) if k]
         dropped_any |= not keep.all()

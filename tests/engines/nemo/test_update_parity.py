@@ -5,7 +5,7 @@ same fixed completions (four per view, of different lengths) and the same reward
 (``dapo_tight``'s: leave-one-out baseline and std) and loss (``rl.loss_type: dapo``: token-level, normalised over the
 global batch's completion tokens, v0.7.0's ``token_level_loss``):
 
-* TRL: ``DynamicSamplingGRPOTrainer`` (``build_rl_trainer``) scores the batch with its own
+* TRL: ``DynamicSamplingGRPOTrainer`` (``build_phase_trainer``) scores the batch with its own
   ``_generate_and_score_completions`` (the generation call returns the fixed completions: the one stand-in, for
   sampling), then its ``compute_loss``, gradient clipping at ``max_grad_norm`` and its AdamW take one step;
 * NeMo-RL: the same rows as v0.7.0's training data (prompt + completion tokens, the completion as the token mask,
@@ -100,11 +100,12 @@ def _grads(model: Any) -> dict[str, torch.Tensor]:
 def _trl_step(setup: dict[str, Any]) -> tuple[dict[str, Any], float, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """TRL's batch (its own scoring of the fixed completions), its loss, its gradients before clipping, and the
     weights after one step."""
-    from spatialiq_train.train.rl import RewardSetup, build_rl_trainer
+    from spatialiq_train.train.phase import build_phase_trainer
+    from spatialiq_train.train.rl import RewardSetup, rl_phase
 
     _import_trl_trainer()
-    trainer, processor = build_rl_trainer(setup["recipe"], str(tiny_model()), setup["data"], setup["root"] / "trl",
-                                          rewards=RewardSetup([_fixed_reward], [1.0], [True]))
+    trainer, processor = build_phase_trainer(rl_phase(rewards=RewardSetup([_fixed_reward], [1.0], [True])),
+                                             setup["recipe"], str(tiny_model()), setup["data"], setup["root"] / "trl")
     trainer.model.train()
     tok = processor.tokenizer
     fixed = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for c in COMPLETIONS]
