@@ -110,3 +110,19 @@ def launcher_env() -> dict[str, str]:
     env.pop("WORLD_SIZE", None)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
     return env
+
+
+class Interrupted(RuntimeError):
+    """A simulated interruption of a training run (raised by :func:`interrupt_at`)."""
+
+
+def interrupt_at(step: int) -> Any:
+    """A trainer callback that raises :class:`Interrupted` when the run logs ``step``: a run cut off there."""
+    from transformers import TrainerCallback
+
+    class InterruptAt(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step == step:
+                raise Interrupted(f"simulated interruption at step {step}")
+
+    return InterruptAt()

@@ -8,27 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _train_support import TINY_RECIPE, one_thread, tiny_recipe, write_traces
+from _train_support import TINY_RECIPE, Interrupted, interrupt_at, one_thread, tiny_recipe, write_traces
 from typer.testing import CliRunner
 
 from spatialiq_train.core.metrics import read_metrics
 
 one_thread()
 
-
-class Interrupted(RuntimeError):
-    pass
-
-
-def _interrupt_at(step: int):  # noqa: ANN202
-    from transformers import TrainerCallback
-
-    class InterruptAt(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN201
-            if state.global_step == step:
-                raise Interrupted(f"simulated interruption at step {step}")
-
-    return InterruptAt()
 
 
 @pytest.mark.slow
@@ -45,10 +31,10 @@ def test_dapo_tight_run_resumes_after_interruption(tmp_path: Path) -> None:
                  "logging.save_steps=2"]
     out = tmp_path / "run"
     with pytest.raises(Interrupted):  # first inside the SFT warm-up ...
-        run_dapo_tight(tiny_recipe(overrides), out, sft_callbacks=[_interrupt_at(3)])
+        run_dapo_tight(tiny_recipe(overrides), out, sft_callbacks=[interrupt_at(3)])
     assert (out / "sft" / "checkpoint-2").is_dir() and not (out / "sft" / "final").exists()
     with pytest.raises(Interrupted):  # ... then inside RL
-        run_dapo_tight(tiny_recipe(overrides), out, rl_callbacks=[_interrupt_at(3)])
+        run_dapo_tight(tiny_recipe(overrides), out, rl_callbacks=[interrupt_at(3)])
     assert json.loads((out / "sft" / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
     assert (out / "sft" / "final" / "model.safetensors").is_file()
     assert (out / "rl" / "checkpoint-2").is_dir() and not (out / "final").exists()
@@ -207,7 +193,7 @@ def test_resume_restores_the_checkpoint_weights(tmp_path: Path) -> None:
                           "sft.optimizer.max_steps=4", "logging.save_steps=2"])
     out = tmp_path / "sft"
     with pytest.raises(Interrupted):
-        run_phase(sft_phase(), recipe, out, callbacks=[_interrupt_at(3)])
+        run_phase(sft_phase(), recipe, out, callbacks=[interrupt_at(3)])
     base = str(out / "base")
     dataset = load_split(traces, "warmup", root, "sft", None)
     trainer, _ = build_phase_trainer(sft_phase(), recipe, base, dataset, out)

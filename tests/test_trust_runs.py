@@ -89,20 +89,6 @@ def test_sigterm_releases_the_lock_like_a_normal_end(tmp_path: Path) -> None:
 # --- a real `run dapo-tight`, interrupted in RL after checkpoint-2 of 8 --------------------------------------------
 
 
-class Interrupted(RuntimeError):
-    pass
-
-
-def _interrupt_at(step: int):  # noqa: ANN202
-    from transformers import TrainerCallback
-
-    class InterruptAt(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN201
-            if state.global_step == step:
-                raise Interrupted(f"simulated interruption at step {step}")
-
-    return InterruptAt()
-
 
 def _overrides(root: Path, traces: Path) -> list[str]:
     return [f"data.traces_dir={traces}", f"data.data_root={root}", "sft.optimizer.max_steps=2",
@@ -114,7 +100,7 @@ def _overrides(root: Path, traces: Path) -> list[str]:
 def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     """A `run dapo-tight` (SFT warm-up of 2 steps, then RL with a budget of 8) interrupted at RL step 3."""
     import numpy as np
-    from _train_support import one_thread, tiny_recipe, write_traces
+    from _train_support import Interrupted, interrupt_at, one_thread, tiny_recipe, write_traces
 
     from spatialiq_train.train.run import run_dapo_tight
 
@@ -126,7 +112,7 @@ def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, lis
     traces = write_traces(root, "rl", 8, rng, answer=lambda i: 3)
     out = base / "run"
     with pytest.raises(Interrupted):
-        run_dapo_tight(tiny_recipe(_overrides(root, traces)), out, rl_callbacks=[_interrupt_at(3)])
+        run_dapo_tight(tiny_recipe(_overrides(root, traces)), out, rl_callbacks=[interrupt_at(3)])
     assert (out / "rl" / "checkpoint-2").is_dir() and not (out / "final").exists()
     return out, _overrides(root, traces)
 
