@@ -27,6 +27,7 @@ from spatialiq_train.core.plan import (
     RlAlgorithm,
     SftAlgorithm,
     plan_fields,
+    refuse_inert,
 )
 from spatialiq_train.core.recipe_model import Recipe
 
@@ -258,3 +259,19 @@ def step_budget(plan: PhasePlan, rows: int) -> int:
     if plan.optimizer.max_steps > 0:
         return plan.optimizer.max_steps
     return math.ceil(plan.optimizer.num_train_epochs * steps_per_epoch(plan, rows))
+
+
+def engine_refusal(plan: PhasePlan, refused: dict[str, tuple[Any, str]], engine: str) -> str | None:
+    """Why ``engine`` cannot train ``plan``, in one line naming the recipe key and what to set instead, or None: a
+    value no engine acts on (`core.plan.refuse_inert`), else the first field of ``refused`` (dotted plan field ->
+    (the one value the engine runs, advice)) whose plan value differs. Both engines' mappers call it."""
+    try:
+        refuse_inert(plan)
+    except ValueError as exc:
+        return str(exc)
+    values = plan.fields()
+    for dotted, (allowed, advice) in refused.items():
+        if dotted in values and values[dotted] != allowed:
+            return (f"{recipe_key(plan.phase, dotted)} = {values[dotted]!r}: {engine} cannot honour it "
+                    f"({advice})")
+    return None

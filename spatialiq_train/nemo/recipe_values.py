@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from spatialiq_train.core.plan import PhasePlan, refuse_inert
+from spatialiq_train.core.plan import PhasePlan
 from spatialiq_train.core.recipe_model import Recipe
-from spatialiq_train.core.resolve import Hardware, recipe_key, resolve
+from spatialiq_train.core.resolve import Hardware, engine_refusal, resolve
 
 # --- released values the recipe schema has no field for ---------------------------------------------------------
 # Source: NVIDIA/Spatial-IQ training/configs/grpo_spatialiq.yaml (the paper's released GRPO configuration).
@@ -71,15 +71,9 @@ class NemoRefusal(ValueError):
 def refuse(plan: PhasePlan) -> None:
     """Raise `NemoRefusal` for a plan value NeMo-RL v0.7.0 cannot honour (`NEMO_REFUSED`, the loss type, a
     fractional epoch budget, a schedule without its step budget, an importance-sampling mode it lacks)."""
-    try:
-        refuse_inert(plan)
-    except ValueError as exc:
-        raise NemoRefusal(str(exc)) from None
-    values = plan.fields()
-    for dotted, (allowed, advice) in NEMO_REFUSED.items():
-        if dotted in values and values[dotted] != allowed:
-            raise NemoRefusal(f"{recipe_key(plan.phase, dotted)} = {values[dotted]!r}: NeMo-RL v0.7.0 cannot "
-                              f"honour it ({advice})")
+    why = engine_refusal(plan, NEMO_REFUSED, "NeMo-RL v0.7.0")
+    if why:
+        raise NemoRefusal(why)
     if plan.phase == "rl":
         token_level(plan.rl.loss_type)
         importance_sampling(plan)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spatialiq_train.core.plan import PhasePlan, RlAlgorithm, refuse_inert
-from spatialiq_train.core.resolve import recipe_key
+from spatialiq_train.core.plan import PhasePlan, RlAlgorithm
+from spatialiq_train.core.resolve import engine_refusal
 
 LIGER_CONFIG = {"rope": True, "rms_norm": True, "swiglu": True, "cross_entropy": False,
                 "fused_linear_cross_entropy": False}
@@ -43,15 +43,9 @@ def refuse(plan: PhasePlan, refused: dict[str, tuple[Any, str]], engine: str) ->
     """Raise `EngineRefusal` for the first field of ``refused`` whose plan value is not the one the engine runs, and
     for early-stopping values that would have no effect (RL: no validation loss to stop on; a min_delta without a
     patience)."""
-    try:
-        refuse_inert(plan)
-    except ValueError as exc:
-        raise EngineRefusal(str(exc)) from None
-    values = plan.fields()
-    for dotted, (allowed, advice) in refused.items():
-        if dotted in values and values[dotted] != allowed:
-            raise EngineRefusal(f"{recipe_key(plan.phase, dotted)} = {values[dotted]!r}: {engine} cannot honour "
-                                f"it ({advice})")
+    why = engine_refusal(plan, refused, engine)
+    if why:
+        raise EngineRefusal(why)
 
 
 def reward_terms(plan: PhasePlan) -> list[tuple[str, float, bool]]:
