@@ -45,6 +45,9 @@ def test_demo_steps_chain_outputs_to_inputs(tmp_path: Path) -> None:
     assert "--control" in control and control[control.index("--recipe") + 1] == run[run.index("--recipe") + 1]
     assert [a for a in run if "=" in a] == [a for a in control if "=" in a and not a.startswith("rl.init_from=")]
     assert f"rl.init_from={Path(run[run.index('--out') + 1]) / 'sft' / 'final'}" in control
+    # the steps that run at once write apart: a folder's writer owns what is inside it (docs/trust.md)
+    outs = [Path(step[step.index("--out") + 1]) for step in (gen_bench, control, run)]
+    assert not any(a != b and a.is_relative_to(b) for a in outs for b in outs), outs
     assert sample[sample.index("--data") + 1] == bench_dir == score[score.index("--data") + 1]
     assert score[score.index("--completions") + 1] == sample[sample.index("--out") + 1]
     assert report[report.index("--metrics") + 1].endswith("metrics_demo-tiny.json")

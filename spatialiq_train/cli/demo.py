@@ -34,7 +34,8 @@ structures, as the demo did before (seed 0), gave these same 6 (the traces keep 
 read."""
 
 CONTROL = "control"
-"""The control's folder under the run folder: the RL phase's rollouts and rewards at the unchanged SFT weights."""
+"""The control's folder beside the run folder (not inside it: the run's writer owns what is inside it): the RL
+phase's rollouts and rewards at the unchanged SFT weights."""
 
 TINY_NOTE = ("The demo trains a tiny randomly initialised Qwen2.5-VL (about 0.25 M parameters) for minutes on a CPU; "
              "its accuracy means nothing about spatial reasoning. The demo shows the pipeline, not a model.")
@@ -86,7 +87,7 @@ def demo_steps(
         ["gen", "--out", str(train), "--parts", parts, "--split", "train", *common],
         ["traces", "--data", str(train), "--out", str(traces), "--kind", kind],
         ["gen", "--out", str(bench), "--structures", str(benchmark_structures), "--split", "benchmark", *common],
-        ["train", "rl", "--recipe", str(recipe), "--out", str(run / CONTROL), "--control",
+        ["train", "rl", "--recipe", str(recipe), "--out", str(out / CONTROL), "--control",
          f"rl.init_from={run / 'sft' / 'final'}", *data_keys, *DEMO_TRAINING],
         ["run", "dapo-tight", "--recipe", str(recipe), "--out", str(run), *data_keys, *DEMO_TRAINING],
         ["check-splits", str(train), str(bench)],
@@ -337,7 +338,7 @@ def report_learning(out: Path, rec: Any) -> None:
     """The report's learning-curve section (RL beside its control) and its one-line summary."""
     from spatialiq_train.cli.demo_learning import write_learning_section
 
-    summary = write_learning_section(out / "run" / "rl", out / "run" / CONTROL, out / "eval" / "report",
+    summary = write_learning_section(out / "run" / "rl", out / CONTROL, out / "eval" / "report",
                                      rec.reward.weights, rec.run.seed)
     s = summary.seeds[0]
     typer.secho(f"RL vs its control over the last third of the RL steps: {s.rl_mean:.2f} vs {s.control_mean:.2f} "
