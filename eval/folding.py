@@ -99,14 +99,19 @@ def parse_answer(text: str) -> tuple[list[Hole] | None, list[str] | None]:
 
 
 def read_completions(path: Path) -> list[dict[str, Any]]:
-    """The completion file's rows (``id``, ``sample``, ``completion``); a bad line names the file and line."""
+    """The completion file's rows as ``id``, ``sample``, ``completion``: `spatialiq fold sample`'s lines (``view``,
+    ``task``, ``sample``, ``text``, as `eval sample` writes them) or lines of ``id`` and ``completion``; a bad line
+    names the file and line."""
     rows = []
     for n, line in enumerate(read_text(path, "completion file").splitlines(), 1):
         if not line.strip():
             continue
         row = loads_json(line, f"{path}:{n}", one_line=True)
+        if isinstance(row, dict) and "view" in row and "id" not in row:
+            row = {"id": row["view"], "sample": row.get("sample", 0), "completion": row.get("text")}
         if not isinstance(row, dict) or not isinstance(row.get("completion"), str) or "id" not in row:
-            raise InputError(f"{path}:{n}: expected an object with 'id' and a 'completion' string")
+            raise InputError(f"{path}:{n}: expected an object with 'id' and a 'completion' string (or 'view' and "
+                             "'text', as `spatialiq fold sample` writes)")
         rows.append(row)
     return rows
 

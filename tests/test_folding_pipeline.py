@@ -57,22 +57,10 @@ def test_generate_trace_train_sample_and_score_folding_tasks(tmp_path: Path) -> 
     )
     rows = [json.loads(x) for x in (run / "rl" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     assert any("reward/hole_partial/mean" in r and r.get("reward/hole_partial/errors") == 0 for r in rows), rows
-    _run(
-        "fold",
-        "sample",
-        "--data",
-        data,
-        "--model",
-        run / "final",
-        "--out",
-        tmp_path / "c.jsonl",
-        "--k",
-        "2",
-        "--max-new-tokens",
-        "8",
-        "--engine",
-        "transformers",
-    )
+    asked = ("fold", "sample", "--data", data, "--model", run / "final", "--out", tmp_path / "c.jsonl", "--k", "2",
+             "--max-new-tokens", "8", "--engine", "transformers")
+    assert "0 completion(s) already on file, 4 written" in _run(*asked)
+    assert "4 completion(s) already on file, 0 written" in _run(*asked)  # a rerun resumes: nothing left to draw
     out = _run(
         "fold",
         "score",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -108,27 +109,39 @@ def sample(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Draw k completions per folding task from a checkpoint: generated tasks (prompt and sheet image), or records
-    in the release's schema (our text of each; with --images, the user's pictures too)."""
+    in the release's schema (our text of each; with --images, the user's pictures too). Through `eval sample`'s
+    loop: one writer of --out, its provenance checked, each batch appended as it returns, a rerun draws the rest."""
     from eval.engines import check_device, make_engine
     from eval.folding import record_requests, task_requests
-    from eval.sample import SamplingConfig
-    from spatialiq_train.core.io import atomic_write_text
+    from eval.provenance import check_provenance, sampling_record, write_provenance
+    from eval.sample import SamplingConfig, load_completions, run_requests
+    from spatialiq_train.cli.steps import on_interrupt
+    from spatialiq_train.core.lock import output_lock
 
     _, tasks = _truth(data, records, split if data is not None else None)
     config = SamplingConfig(k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-    if data is not None:
-        requests = task_requests(tasks[:limit], k, seed)
-    else:
-        requests = record_requests(tasks[:limit], k, seed, images)
-    gen = make_engine(engine, model, device=check_device(device, engine))  # type: ignore[arg-type]
-    texts = gen.generate(requests, config) if requests else []
-    lines = [
-        json.dumps({"id": r.view, "sample": i, "completion": t}, ensure_ascii=False)
-        for r, ts in zip(requests, texts, strict=True)
-        for i, t in zip(r.samples, ts, strict=True)
-    ]
-    atomic_write_text(out, "".join(line + "\n" for line in lines))
-    typer.echo(f"{len(lines)} completion(s) of {len(requests)} task(s) written to {out}")
+    asked = task_requests(tasks[:limit], k, seed) if data is not None else record_requests(tasks[:limit], k, seed,
+                                                                                         images)
+    source = {"kind": "folding", "tasks": str(data if data is not None else records), "split": split, "limit": limit}
+    with output_lock(out, "--out"):
+        record = sampling_record(model, config, source)
+        check_provenance(out, record, bool(load_completions(out)))
+        gen = make_engine(engine, model, device=check_device(device, engine))  # type: ignore[arg-type]
+        write_provenance(out, record)  # every check passed and the engine loaded: only now is anything written
+        on_interrupt(f"every finished batch is kept in {out}; rerun the same command to draw the rest")
+        report = run_requests(lambda done: _still_to_draw(asked, done), gen, config, out)
+    typer.echo(f"{out}: {report.already_done} completion(s) already on file, {report.written} written "
+               f"({len(asked)} task(s))")
+
+
+def _still_to_draw(asked: list, done: dict) -> list:  # noqa: ANN001
+    """``asked`` less the samples already on file (keyed by task id, task and sample number)."""
+    out = []
+    for r in asked:
+        samples = tuple(i for i in r.samples if (r.view, r.task, i) not in done)
+        if samples:
+            out.append(dataclasses.replace(r, samples=samples))
+    return out
 
 
 @fold_app.command("score")
