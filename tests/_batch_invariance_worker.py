@@ -150,4 +150,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from spatialiq_train.train.distributed import end_process_group
+
     main()
+    end_process_group()  # as the train commands do: a live gloo group can abort the exit

@@ -40,9 +40,11 @@ def _out(recipe, out: Path | None, leaf: str) -> Path:  # noqa: ANN001
 def _writing(run_dir: Path, recipe=None) -> Iterator[None]:  # noqa: ANN001
     """Settings this machine cannot run refused first; then the lock of a run folder (one writer per output,
     docs/trust.md), what Ctrl-C keeps, and nothing left by a command that fails before training wrote anything.
-    Under a distributed launch the job is the writer: global rank 0 holds the lock, the other ranks take none."""
+    Under a distributed launch the job is the writer: global rank 0 holds the lock, the other ranks take none; on
+    success every rank ends its process group (`train.distributed.end_process_group`)."""
     from spatialiq_train.cli.steps import on_interrupt
     from spatialiq_train.core.lock import output_lock
+    from spatialiq_train.train.distributed import end_process_group
     from spatialiq_train.train.refusals import check_before_work, nothing_left_if_refused
 
     if recipe is not None:
@@ -51,9 +53,10 @@ def _writing(run_dir: Path, recipe=None) -> Iterator[None]:  # noqa: ANN001
                  "run); rerun the same command to resume from the newest complete one")
     if os.environ.get("RANK", "0") != "0":  # a launcher's other ranks (accelerate, torchrun): one job, one writer
         yield
-        return
-    with output_lock(run_dir, "run folder"), nothing_left_if_refused(Path(run_dir)):
-        yield
+    else:
+        with output_lock(run_dir, "run folder"), nothing_left_if_refused(Path(run_dir)):
+            yield
+    end_process_group()  # a launched job's ranks end their group: a live gloo group can abort the exit
 
 
 def sft_cmd(recipe: Path = RECIPE, out: Path | None = OUT, overrides: list[str] | None = OVERRIDES,

@@ -68,3 +68,22 @@ def sum_over_ranks(accelerator: Any, values: Sequence[float]) -> list[float]:
 
     local = torch.tensor(vals, dtype=torch.float64, device=accelerator.device)
     return [float(v) for v in accelerator.reduce(local, reduction="sum").tolist()]
+
+
+def end_process_group() -> None:
+    """Destroy torch.distributed's process groups at the successful end of a launched command (no-op when none).
+
+    A process that exits with its gloo group alive can abort during interpreter shutdown ("terminate called without
+    an active exception", SIGABRT) after all its work is done and saved: gloo's worker threads still hold tensors
+    whose release needs the interpreter being torn down. The launcher then reports the job failed, and kills the
+    other ranks. Called on success only: after an exception another rank may still wait in a collective, and the
+    teardown could hang instead of failing.
+    """
+    import sys
+
+    if "torch" not in sys.modules:  # nothing imported torch: no group to end
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
