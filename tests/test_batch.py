@@ -122,12 +122,26 @@ def test_phase_plan_efficiency_settings_are_wired(monkeypatch: pytest.MonkeyPatc
         plan_mod.phase_plan(load_recipe("dapo_tight_7b", ["model.liger_kernel=true"]), "sft", gpu=True, world=1)
     # colocated vLLM keeps its share while RL trains, unless sleep mode frees it
     monkeypatch.setattr(plan_mod.importlib.util, "find_spec", lambda name: object() if name == "vllm" else None)
-    assert plan_mod.vllm_share(recipe, "rl") == 0.6 and plan_mod.vllm_share(recipe, "sft") == 0.0
-    assert plan_mod.vllm_share(load_recipe("dapo_tight_32b"), "rl") == 0.0  # sleep mode
+    on_gpu = {phase: plan_mod.phase_plan(recipe, phase, gpu=True, world=1) for phase in ("sft", "rl")}
+    assert on_gpu["rl"].vllm_training_share == 0.6 and on_gpu["sft"].vllm_training_share == 0.0
+    assert plan_mod.phase_plan(load_recipe("dapo_tight_32b"), "rl", gpu=True, world=1).vllm_training_share == 0.0
+    assert on_gpu["rl"].memory_open  # the memory plan sizes the micro-batch once the model is known
     monkeypatch.undo()
     monkeypatch.setattr(plan_mod, "liger_importable", lambda: False)
     no_shape = plan_mod.phase_plan(recipe, "sft", gpu=True, world=1)
     assert (no_shape.batch.micro_batch, no_shape.execution.gradient_checkpointing) == (1, True)
+
+
+def test_the_device_is_decided_once_from_the_recipe_and_the_machine() -> None:
+    from spatialiq_train.train import plan as plan_mod
+
+    cpu_asked = plan_mod.phase_plan(load_recipe("dapo_tight_7b", ["run.device=cpu"]), "rl", gpu=True, world=1)
+    assert cpu_asked.execution.device == "cpu" and cpu_asked.provenance["execution.device"] == "recipe"
+    assert not cpu_asked.memory_open and cpu_asked.vllm_training_share == 0.0 and not cpu_asked.generation.vllm
+    auto = plan_mod.phase_plan(load_recipe("dapo_tight_7b"), "rl", gpu=False, world=1)
+    assert auto.execution.device == "cpu" and auto.provenance["execution.device"] == "hardware"
+    with pytest.raises(ValueError, match="run.device is 'cuda' but torch sees no CUDA device"):
+        plan_mod.phase_plan(load_recipe("dapo_tight_7b", ["run.device=cuda"]), "sft", gpu=False, world=1)
 
 
 def test_flop_factors_and_token_counts() -> None:

@@ -24,7 +24,8 @@ from spatialiq_train.nemo.recipe_values import nemo_plan
 from spatialiq_train.nemo.settings import DriverSettings
 from spatialiq_train.train.mapper import config_kwargs, trainer_settings
 
-BASE = ["model.tiny=false", "model.name_or_path=/models/tiny", "model.lora.enabled=true", "data.eval_split=val",
+BASE = ["model.tiny=false", "run.device=auto", "model.name_or_path=/models/tiny", "model.lora.enabled=true",
+        "data.eval_split=val",
         "sft.validation.every_steps=2", "sft.validation.max_samples=8", "sft.validation.early_stopping_patience=2",
         "rl.validation.every_steps=2", "rl.validation.max_samples=8", "logging.save_steps=4",
         "sft.optimizer.max_steps=-1", "sft.optimizer.num_train_epochs=2", "rl.optimizer.max_steps=-1",
@@ -32,8 +33,8 @@ BASE = ["model.tiny=false", "model.name_or_path=/models/tiny", "model.lora.enabl
         "sft.optimizer.warmup_steps=2", "sft.optimizer.warmup_start_factor=0.1", "rl.optimizer.warmup_start_factor=0.1",
         "vllm.importance_sampling_correction=true", "vllm.importance_sampling_mode=token_truncate",
         "rl.prompts_per_step=4", "sft.max_length=512", "vllm.max_model_len=256"]
-"""tiny_cpu with every switch on that makes other values count (LoRA, validation, early stopping, importance
-sampling), bounded by epochs (so a step budget is a change), on one process."""
+"""tiny_cpu on a GPU machine (run.device=auto), with every switch on that makes other values count (LoRA,
+validation, early stopping, importance sampling), bounded by epochs (so a step budget is a change), on one process."""
 DERIVED = {"phase", "batch.accumulation", "batch.micro_source", "batch.num_generations"}
 """Fields computed from others (the split's accumulation, the micro-batch's source, the RL group size twice)."""
 ALTERNATIVES: dict[str, Any] = {

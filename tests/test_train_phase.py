@@ -124,7 +124,7 @@ def test_vllm_section_reaches_grpo_config_when_usable() -> None:
     from spatialiq_train.core.resolve import Hardware, resolve
     from spatialiq_train.train.mapper import config_kwargs
 
-    recipe = tiny_recipe(["vllm.enabled=true", "vllm.mode=server", "vllm.tensor_parallel_size=2",
+    recipe = tiny_recipe(["run.device=auto", "vllm.enabled=true", "vllm.mode=server", "vllm.tensor_parallel_size=2",
                           "vllm.max_model_len=64", "vllm.enable_sleep_mode=true", "vllm.server_host=10.0.0.2",
                           "vllm.server_port=8123", "vllm.gpu_memory_utilization=0.45"])
     cpu = config_kwargs(resolve(recipe, "rl", Hardware(gpu=False, vllm_importable=True)), "out")

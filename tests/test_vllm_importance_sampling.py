@@ -56,14 +56,14 @@ def test_the_keys_reach_grpo_config_with_vllm(tmp_path: Path) -> None:
         plan = resolve(recipe, "rl", Hardware(gpu=True, vllm_importable=True))
         return phase_config(rl.rl_phase(rewards=rl.RewardSetup([], [0.1, 0.9], [])), plan, tmp_path)
 
-    recipe = tiny_recipe(["vllm.enabled=true", "vllm.importance_sampling_correction=true",
+    recipe = tiny_recipe(["run.device=auto", "vllm.enabled=true", "vllm.importance_sampling_correction=true",
                           "vllm.importance_sampling_mode=token_truncate",
                           "vllm.importance_sampling_clip_max=2.0", "vllm.importance_sampling_clip_min=0.5"])
     on = config(recipe)
     assert on.use_vllm and on.vllm_importance_sampling_correction
     assert on.vllm_importance_sampling_mode == "token_truncate"
     assert (on.vllm_importance_sampling_clip_min, on.vllm_importance_sampling_clip_max) == (0.5, 2.0)
-    off = config(tiny_recipe(["vllm.enabled=true"]))
+    off = config(tiny_recipe(["run.device=auto", "vllm.enabled=true"]))
     assert off.use_vllm and off.vllm_importance_sampling_correction is False  # the recipe's value, not TRL's
 
 

@@ -181,6 +181,22 @@ class PhasePlan:
             raise TypeError("an SFT plan has no RL algorithm")
         return self.algorithm
 
+    @property
+    def memory_open(self) -> bool:
+        """On a GPU, the micro-batch or gradient checkpointing is the hardware's to size (the memory plan, once the
+        model's shape and the device's memory are known)."""
+        return self.execution.device == "cuda" and "hardware" in (
+            self.provenance.get("batch.micro_batch"), self.provenance.get("execution.gradient_checkpointing"))
+
+    @property
+    def vllm_training_share(self) -> float:
+        """The share of the GPU colocated vLLM holds while the policy trains: none when vLLM does not run in this
+        phase, runs as a server, or sleeps (sleep mode frees its weights and cache for the optimizer step)."""
+        g = self.generation
+        if g is None or not g.vllm or g.mode != "colocate" or g.enable_sleep_mode:
+            return 0.0
+        return g.gpu_memory_utilization
+
     def fields(self) -> dict[str, Any]:
         """Dotted field -> value, every leaf of the plan (``batch.*`` included; the memory plan is a record)."""
         return plan_fields(self)

@@ -41,7 +41,12 @@ class Hardware:
     global batch, what is importable, and (for the GPU memory plan) the model's shape and the device's memory."""
 
     gpu: bool
+    """A CUDA device is there for this run (the recipe's ``run.device`` then chooses: ``cpu`` trains on the CPU
+    anyway, ``cuda`` is refused where there is none)."""
     world_size: int = 1
+    device_from_recipe: bool = True
+    """The recipe's ``run.device`` chooses the device (TRL); False: the engine's workers decide it (NeMo-RL's are
+    GPU workers, and ``run.device`` is a TRL run's setting)."""
     liger_importable: bool = False
     vllm_importable: bool = False
     shape: ModelShape | None = None
@@ -111,8 +116,28 @@ def _recipe_sets(recipe: Recipe, key: str) -> bool:
     return hasattr(node, "model_fields_set") and leaf in node.model_fields_set
 
 
+def _uses_gpu(recipe: Recipe, hw: Hardware) -> bool:
+    """The device decision, once: the GPU when there is one, unless ``run.device`` says cpu; ``cuda`` without one
+    is refused."""
+    if not hw.device_from_recipe:
+        return hw.gpu
+    if recipe.run.device == "cuda" and not hw.gpu:
+        raise ValueError("recipe run.device is 'cuda' but torch sees no CUDA device (set run.device=auto or cpu)")
+    return hw.gpu and recipe.run.device != "cpu"
+
+
+def check_execution(recipe: Recipe, hardware: Hardware) -> None:
+    """The device and Liger decisions alone, for what a command refuses before any work: a ValueError naming the
+    recipe key (the same as `resolve` raises)."""
+    _liger(recipe, dataclasses.replace(hardware, gpu=_uses_gpu(recipe, hardware)))
+
+
 def _liger(recipe: Recipe, hw: Hardware) -> tuple[bool, str]:
     wanted = recipe.model.liger_kernel
+    if wanted is True and not hw.gpu:
+        raise ValueError("model.liger_kernel=true: Liger's kernels are Triton GPU kernels and this run is on the CPU "
+                         f"(run.device {recipe.run.device}); set model.liger_kernel=null (Liger is then used on a GPU "
+                         "where it is installed) or false")
     if wanted is True and not hw.liger_importable:
         raise ValueError("model.liger_kernel is true but liger_kernel is not installed (pip install "
                          "'spatialiq-train[gpu]' or liger-kernel), or set model.liger_kernel=null")
@@ -172,7 +197,16 @@ def _batch(recipe: Recipe, phase: Phase, hw: Hardware, liger: bool) -> tuple[Bat
     return split(micro, micro_source), bool(ckpt), ckpt_source, memory
 
 
-def _algorithm(recipe: Recipe, phase: Phase) -> SftAlgorithm | RlAlgorithm:
+def plan_model(recipe: Recipe, phase: Phase) -> PlanModel:
+    """The phase's model: what it starts from, its pixel budget, LoRA (no hardware decides it)."""
+    m = recipe.model
+    return PlanModel(m.name_or_path, m.tiny, recipe.rl.init_from if phase == "rl" else None, m.attn_implementation,
+                     m.min_pixels, m.max_pixels, m.freeze_vision, m.lora.enabled, m.lora.r, m.lora.alpha,
+                     m.lora.dropout, tuple(m.lora.target_modules))
+
+
+def algorithm(recipe: Recipe, phase: Phase) -> SftAlgorithm | RlAlgorithm:
+    """The phase's algorithm: the part of its plan no hardware decides (the RL rewards, shaping and loss)."""
     if phase == "sft":
         return SftAlgorithm(recipe.sft.assistant_only_loss, recipe.sft.max_length)
     r, v = recipe.rl, recipe.vllm
@@ -202,6 +236,7 @@ def _provenance(recipe: Recipe, plan: PhasePlan, decided: dict[str, str]) -> dic
 def resolve(recipe: Recipe, phase: Phase, hardware: Hardware) -> PhasePlan:
     """The plan of ``phase`` on ``hardware``; raises ValueError or `core.batch.BatchError` naming the recipe key
     for a value that cannot run there (a batch the processes cannot share, Liger asked for but absent)."""
+    hardware = dataclasses.replace(hardware, gpu=_uses_gpu(recipe, hardware))
     m, d, section = recipe.model, recipe.data, (recipe.sft if phase == "sft" else recipe.rl)
     opt, val, v = section.optimizer, section.validation, recipe.vllm
     liger, liger_source = _liger(recipe, hardware)
@@ -212,13 +247,11 @@ def resolve(recipe: Recipe, phase: Phase, hardware: Hardware) -> PhasePlan:
     lg = recipe.logging
     plan = PhasePlan(
         phase=phase, name=recipe.name,
-        model=PlanModel(m.name_or_path, m.tiny, recipe.rl.init_from if phase == "rl" else None,
-                        m.attn_implementation, m.min_pixels, m.max_pixels, m.freeze_vision, m.lora.enabled,
-                        m.lora.r, m.lora.alpha, m.lora.dropout, tuple(m.lora.target_modules)),
+        model=plan_model(recipe, phase),
         data=PlanData(d.traces_dir, d.data_root, d.sft_split if phase == "sft" else d.rl_split,
                       d.eval_split if validates else None, d.max_examples,
                       tuple(s.model_dump() for s in d.sources)),
-        algorithm=_algorithm(recipe, phase), batch=batch,
+        algorithm=algorithm(recipe, phase), batch=batch,
         optimizer=PlanOptimizer(opt.learning_rate, opt.lr_scheduler_type, opt.warmup_steps, opt.warmup_start_factor,
                                 opt.weight_decay, opt.adam_beta1, opt.adam_beta2, opt.max_grad_norm, opt.max_steps,
                                 opt.num_train_epochs),
@@ -234,7 +267,9 @@ def resolve(recipe: Recipe, phase: Phase, hardware: Hardware) -> PhasePlan:
         logging=PlanLogging(tuple(lg.report_to), lg.wandb_project, lg.wandb_mode, lg.logging_steps, lg.save_steps,
                             lg.save_total_limit, recipe.run.output_dir, recipe.run.seed),
         memory=memory)
-    decided = {"execution.device": "hardware", "batch.world_size": "hardware", "batch.accumulation": "hardware",
+    decided = {"execution.device": "recipe" if hardware.device_from_recipe and recipe.run.device != "auto"
+               else "hardware",
+               "batch.world_size": "hardware", "batch.accumulation": "hardware",
                "execution.gradient_checkpointing": ckpt_source, "execution.liger_kernel": liger_source,
                "execution.padding_free": "hardware", "generation.vllm": "hardware", "phase": "recipe",
                "name": "recipe", "batch.micro_source": "hardware"}

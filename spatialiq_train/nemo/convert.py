@@ -39,14 +39,18 @@ class ConvertError(UserError):
 
 
 def pixel_budget(step_config: dict[str, Any], recipe: Any) -> tuple[int, int]:
-    """The pixel budget the run trained with: its plan's (the config's ``spatialiq.plan``), else the recipe's."""
+    """The pixel budget the run trained with: its plan's (the config's ``spatialiq.plan``), else the model the
+    recipe resolves to (a config written before plans travelled in it)."""
     plan = (step_config.get("spatialiq") or {}).get("plan")
     if plan:
         from spatialiq_train.core.plan import from_record
 
         model = from_record(plan).model
-        return model.min_pixels, model.max_pixels
-    return recipe.model.min_pixels, recipe.model.max_pixels
+    else:
+        from spatialiq_train.core.resolve import plan_model
+
+        model = plan_model(recipe, "sft")
+    return model.min_pixels, model.max_pixels
 
 
 def find_step(checkpoint: Path) -> Path:

@@ -48,12 +48,11 @@ def refuse(plan: PhasePlan, refused: dict[str, tuple[Any, str]], engine: str) ->
         raise EngineRefusal(why)
 
 
-def reward_terms(plan: PhasePlan) -> list[tuple[str, float, bool]]:
-    """(reward name, weight, drives the dynamic-sampling filter) of an RL phase: the recipe's weighted rewards, the
-    overlong shaping term, then a weight-0 ``exact_match`` whose logged mean is the accuracy."""
+def reward_terms(a: RlAlgorithm) -> list[tuple[str, float, bool]]:
+    """(reward name, weight, drives the dynamic-sampling filter) of an RL phase's algorithm: the recipe's weighted
+    rewards, the overlong shaping term, then a weight-0 ``exact_match`` whose logged mean is the accuracy."""
     from reward.trl import make_trl_reward_funcs
 
-    a = plan.rl
     funcs, weights = make_trl_reward_funcs(dict(a.weights))  # a combination name expands to its terms
     terms = [(f.__name__, float(w), True) for f, w in zip(funcs, weights, strict=True)]
     if a.overlong:
@@ -61,6 +60,11 @@ def reward_terms(plan: PhasePlan) -> list[tuple[str, float, bool]]:
     if "exact_match" not in {name for name, _, _ in terms}:
         terms.append(("exact_match", 0.0, False))
     return terms
+
+
+def overlong_window(a: RlAlgorithm) -> tuple[int, int]:
+    """TRL's soft overlong punishment's (max completion length, soft buffer) from the algorithm."""
+    return a.max_response_length, a.buffer_length
 
 
 def _common(plan: PhasePlan, output_dir: str) -> dict[str, Any]:
@@ -96,7 +100,7 @@ def _rl(plan: PhasePlan, a: RlAlgorithm, reward_weights: list[float] | None) -> 
     assert g is not None
     keys = ("num_generations", "num_iterations", "loss_type", "epsilon", "epsilon_high", "beta",
             "mask_truncated_completions")
-    weights = reward_weights if reward_weights is not None else [w for _, w, _ in reward_terms(plan)]
+    weights = reward_weights if reward_weights is not None else [w for _, w, _ in reward_terms(plan.rl)]
     return {
         **{k: getattr(a, k) for k in keys},
         "scale_rewards": "none",  # TRL's own advantages are replaced by the plan's (train.advantages)
@@ -150,7 +154,7 @@ def trainer_settings(plan: PhasePlan) -> dict[str, Any]:
     }
     if plan.phase == "rl":
         a = plan.rl
-        out.update(rewards=reward_terms(plan), overlong=(a.max_response_length, a.buffer_length),
+        out.update(rewards=reward_terms(plan.rl), overlong=overlong_window(a),
                    dynamic_sampling=(a.dynamic_sampling, a.max_refill_rounds, a.batch_multiplier),
                    advantage=(a.baseline, a.std))
     return out

@@ -116,7 +116,7 @@ def _phase_callbacks(spec: PhaseSpec, plan: PhasePlan, settings: dict[str, Any],
     from spatialiq_train.train.logging import make_metrics_callback
     from spatialiq_train.train.perf import make_perf_callback
 
-    weights = spec.total_weights or ({name: w for name, w, own in mapper.reward_terms(plan) if own}
+    weights = spec.total_weights or ({name: w for name, w, own in mapper.reward_terms(plan.rl) if own}
                                       if plan.phase == "rl" else None)
     callbacks = [make_perf_callback(), make_metrics_callback(out / "metrics.jsonl", plan.phase,
                                                              common.reporting(settings),

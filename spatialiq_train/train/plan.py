@@ -22,6 +22,7 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from spatialiq_train.core.memory_plan import ModelShape
 from spatialiq_train.core.plan import PhasePlan
@@ -67,53 +68,46 @@ def zero3() -> bool:
             and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3")
 
 
-def on_gpu(recipe: Recipe) -> bool:
-    """True when the run uses CUDA (recipe `run.device`, or auto-detected)."""
-    if recipe.run.device == "cpu":
-        return False
+def cuda_available() -> bool:
+    """This machine has a CUDA device torch can use."""
     import torch
 
-    available = torch.cuda.is_available()
-    if recipe.run.device == "cuda" and not available:
-        raise RuntimeError("recipe run.device is 'cuda' but torch sees no CUDA device (set run.device=auto or cpu)")
-    return available
+    return torch.cuda.is_available()
+
+
+def hardware(*, gpu: bool | None = None, world: int | None = None, **known: Any) -> Hardware:
+    """This machine as `core.resolve` sees it: CUDA (``gpu``; default: asked of torch), the launcher's processes,
+    what is importable; ``known`` adds the model's shape and the device's memory for the memory plan."""
+    return Hardware(gpu=cuda_available() if gpu is None else gpu, world_size=world_size() if world is None else world,
+                    liger_importable=liger_importable(), vllm_importable=importlib.util.find_spec("vllm") is not None,
+                    **known)
 
 
 def phase_plan(recipe: Recipe, phase: str, *, gpu: bool, world: int | None = None,
                shape: ModelShape | None = None, device_bytes: float | None = None,
                tokens_per_sequence: int | None = None, state_shards: int = 1) -> PhasePlan:
-    """The phase's plan on the hardware described by the arguments (a dry run's preview, or a test's)."""
-    hw = Hardware(gpu=gpu, world_size=world_size() if world is None else world, liger_importable=liger_importable(),
-                  vllm_importable=importlib.util.find_spec("vllm") is not None, shape=shape,
-                  device_bytes=device_bytes, state_shards=state_shards, tokens_per_sequence=tokens_per_sequence)
+    """The phase's plan on the hardware described by the arguments (``gpu``: a CUDA device is there; a dry run's
+    preview, or a test's)."""
+    hw = hardware(gpu=gpu, world=world, shape=shape, device_bytes=device_bytes, state_shards=state_shards,
+                  tokens_per_sequence=tokens_per_sequence)
     return resolve(recipe, phase, hw)  # type: ignore[arg-type]
 
 
 def machine_plan(recipe: Recipe, phase: str, model_path: str | None = None) -> PhasePlan:
-    """The phase's plan on this machine, decided once: a GPU run reads the model's shape (meta device) and the
-    device's memory for the memory plan when the recipe leaves the micro-batch or checkpointing open, less what
-    colocated vLLM holds (:func:`vllm_share`); under ZeRO-3 the model state is planned as partitioned over the
-    processes. `sft_config` / `grpo_config` and a run both use it, so they give the same TRL config."""
-    gpu = on_gpu(recipe)
-    opt = (recipe.sft if phase == "sft" else recipe.rl).optimizer
-    shape = device = None
-    if gpu and (opt.micro_batch_size is None or opt.gradient_checkpointing is None) and model_path:
-        import torch
+    """The phase's plan on this machine. Where the plan leaves the micro-batch or checkpointing to a GPU
+    (`PhasePlan.memory_open`) and the model is known, the memory plan sizes them from the model's shape (meta
+    device) and the device's memory less what colocated vLLM holds (`PhasePlan.vllm_training_share`); under ZeRO-3
+    the model state is planned as partitioned over the processes. `sft_config` / `grpo_config` and a run both use
+    it, so they give the same TRL config. The recipe is read by `core.resolve.resolve` alone."""
+    shards = world_size() if zero3() else 1
+    plan = phase_plan(recipe, phase, gpu=cuda_available(), state_shards=shards)
+    if not (plan.memory_open and model_path):
+        return plan
+    import torch
 
-        shape = model_shape(model_path)
-        device = float(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
-        device *= 1 - vllm_share(recipe, phase)
-    return phase_plan(recipe, phase, gpu=gpu, shape=shape, device_bytes=device,
-                      state_shards=world_size() if zero3() else 1)
-
-
-def vllm_share(recipe: Recipe, phase: str) -> float:
-    """The share of the GPU that colocated vLLM holds while the RL phase trains (0 with sleep mode, which frees
-    its weights and cache during the optimizer step, or when vLLM does not run here)."""
-    v = recipe.vllm
-    if phase != "rl" or not v.enabled or v.mode != "colocate" or v.enable_sleep_mode:
-        return 0.0
-    return v.gpu_memory_utilization if importlib.util.find_spec("vllm") is not None else 0.0
+    device = float(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+    return phase_plan(recipe, phase, gpu=True, shape=model_shape(model_path),
+                      device_bytes=device * (1 - plan.vllm_training_share), state_shards=shards)
 
 
 def write_plan(folder: Path, plan: PhasePlan) -> None:

@@ -9,7 +9,6 @@ command starts clean instead of meeting a stray ``base/`` or a recipe record of 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,19 +18,16 @@ from spatialiq_train.core.recipe_model import Recipe
 
 
 def check_before_work(recipe: Recipe) -> None:
-    """A :class:`UserError` for ``model.liger_kernel: true`` where Liger cannot run: on the CPU (its kernels are
-    Triton GPU kernels, installed or not), or on a GPU without ``liger_kernel`` installed."""
-    if recipe.model.liger_kernel is not True:
-        return
-    from spatialiq_train.train.plan import on_gpu
+    """A :class:`UserError` for settings this machine cannot run, before a model is built: ``run.device=cuda``
+    without CUDA, ``model.liger_kernel: true`` on the CPU (its kernels are Triton GPU kernels, installed or not) or
+    on a GPU without ``liger_kernel`` installed (`core.resolve.check_execution`, the decision the plan makes)."""
+    from spatialiq_train.core.resolve import check_execution
+    from spatialiq_train.train.plan import hardware
 
-    if not on_gpu(recipe):
-        raise UserError("model.liger_kernel=true: Liger's kernels are Triton GPU kernels and this run is on the CPU "
-                        f"(run.device {recipe.run.device}); set model.liger_kernel=null (Liger is then used on a GPU "
-                        "where it is installed) or false")
-    if importlib.util.find_spec("liger_kernel") is None:
-        raise UserError("model.liger_kernel=true but liger_kernel is not installed here: pip install liger-kernel "
-                        "(or spatialiq-train[gpu]), or set model.liger_kernel=null")
+    try:
+        check_execution(recipe, hardware())
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _trained(run_dir: Path) -> bool:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spatialiq_train.core.plan import PhasePlan
+from spatialiq_train.core.plan import PhasePlan, RlAlgorithm
 from spatialiq_train.core.recipe_model import Recipe
-from spatialiq_train.core.resolve import Hardware, resolve
+from spatialiq_train.core.resolve import algorithm
 from spatialiq_train.train import common, mapper, phase
 from spatialiq_train.train.plan import machine_plan
 
@@ -41,13 +41,15 @@ def reward_setup(subject: Recipe | PhasePlan,
     """The plan's reward terms (`train.mapper.reward_terms`) as TRL reward functions: the recipe's weighted rewards
     (from `reward.trl`, or `base` pairs), the overlong shaping term and a weight-0 `exact_match` whose logged mean
     is the accuracy. Only the recipe's own terms drive the dynamic-sampling filter (as in NeMo-RL, the filter reads
-    the reward before shaping). A recipe is resolved on the CPU (the terms do not depend on the hardware)."""
-    plan = subject if isinstance(subject, PhasePlan) else resolve(subject, "rl", Hardware(gpu=False))
-    terms = mapper.reward_terms(plan)
+    the reward before shaping). Of a recipe, only its RL algorithm is resolved (no hardware decides the terms)."""
+    rl = subject.rl if isinstance(subject, PhasePlan) else algorithm(subject, "rl")
+    if not isinstance(rl, RlAlgorithm):  # pragma: no cover - algorithm(..., "rl") is always one
+        raise TypeError("reward_setup needs an RL algorithm")
+    terms = mapper.reward_terms(rl)
     if base is None:
         from reward.trl import make_trl_reward_funcs
 
-        funcs, weights = make_trl_reward_funcs(dict(plan.rl.weights))
+        funcs, weights = make_trl_reward_funcs(dict(rl.weights))
         pairs = list(zip(funcs, weights, strict=True))
     else:
         pairs = list(base)
@@ -58,7 +60,7 @@ def reward_setup(subject: Recipe | PhasePlan,
         if name == "soft_overlong_punishment":
             from trl.rewards import get_soft_overlong_punishment
 
-            pairs.append((get_soft_overlong_punishment(*mapper.trainer_settings(plan)["overlong"]), weight))
+            pairs.append((get_soft_overlong_punishment(*mapper.overlong_window(rl)), weight))
         elif name not in names:
             from reward.trl import make_trl_reward
 
