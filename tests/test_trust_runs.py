@@ -289,8 +289,10 @@ def test_a_run_of_the_previous_release_releases_and_resumes_with_its_batch_as_it
     line = next(x for x in res.output.splitlines() if x.startswith("error:"))
     assert "it was recorded by an earlier spatialiq; as it trained it reads sft: per_device_train_batch_size" in line
     assert "rl.scale_rewards group = rl.advantage" in line
-    # the old record also holds vLLM values today's tiny_cpu leaves to the plan (vllm.enabled: true, sleep mode null)
-    advice = "rl.prompts_per_step=2 vllm.enable_sleep_mode=false vllm.enabled=false"
+    # only what the phase trains with differs: the old record's vllm.enabled false and vllm.enable_sleep_mode false
+    # resolve on the CPU as today's tiny_cpu (vllm.enabled true, sleep mode null) does: no vLLM, no sleep mode
+    assert "vllm." not in line
+    advice = "rl.prompts_per_step=2"
     assert line.endswith(f"to continue it, rerun with {advice}, or pick a new --out for a new run"), line
     res = CliRunner().invoke(app, [*cmd, *overrides, *advice.split()])
     assert res.exit_code == 0, res.output
@@ -309,3 +311,26 @@ def test_a_command_refused_after_its_setup_began_leaves_no_run_folder(interrupte
                                    str(out), *overrides, "sft.optimizer.micro_batch_size=3"])
     assert res.exit_code == EXIT_USAGE and "sft.optimizer.micro_batch_size = 3" in res.output, res.output
     assert not out.exists() and not lock_path(out).exists()
+
+
+def test_a_resume_compares_the_values_the_phase_trains_with(tmp_path: Path) -> None:
+    """A key left null whose resolved value is the recorded explicit one (or the reverse) is no change: the resume
+    goes on; a key whose resolved value differs is refused, named with its recorded and its new value."""
+    from _train_support import tiny_recipe
+
+    from spatialiq_train.core.recipes import RecipeError
+    from spatialiq_train.train.record import check_phase_record, write_record
+
+    # tiny_cpu leaves both null: sleep mode off on TRL, the overlong window ending at max_completion_length 24
+    explicit = tiny_recipe(["vllm.enable_sleep_mode=false", "rl.overlong.max_response_length=24"])
+    same = {"vllm.enable_sleep_mode", "rl.overlong.max_response_length"}
+    for folder, recorded, now in ((tmp_path / "a", explicit, tiny_recipe()), (tmp_path / "b", tiny_recipe(), explicit)):
+        folder.mkdir()
+        write_record(folder, recorded)
+        assert set(check_phase_record(folder, now, "rl", extend=False)) == same
+    with pytest.raises(RecipeError, match=r": vllm\.enable_sleep_mode differ .*recorded False, now True\)"):
+        check_phase_record(tmp_path / "a", tiny_recipe(["vllm.enable_sleep_mode=true"]), "rl", extend=False)
+    with pytest.raises(RecipeError, match=r": rl\.overlong\.max_response_length differ .*recorded 24, now 20\)"):
+        check_phase_record(tmp_path / "a", tiny_recipe(["rl.overlong.max_response_length=20"]), "rl", extend=False)
+    with pytest.raises(RecipeError, match=r": run\.device differ .*recorded 'cpu', now 'cuda'\)"):  # on any machine
+        check_phase_record(tmp_path / "a", tiny_recipe(["run.device=cuda"]), "rl", extend=False)

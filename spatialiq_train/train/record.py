@@ -2,22 +2,27 @@
 
 A training command keeps the recipe it trains under as ``recipe.yaml`` in its folder (`train sft` and `train rl` in
 their phase folder, `run dapo-tight` in the run folder and each phase folder). A resume or rerun compares its recipe
-with the record first, before anything is loaded or written (:func:`check_record`): every differing key is refused,
-named with its recorded and its new value, except keys the folder's work never reads (``free``) and the step budget
-(``budget``), which may grow only with ``--extend``. The record is written when the work starts, after every check
-(:func:`write_record`), so a refused command leaves none behind.
+with the record first, before anything is loaded or written (:func:`check_record`): every key that changes what a
+phase of the folder trains with is refused, named with its recorded and its new value, except keys the folder's work
+never reads (``free``) and the step budget (``budget``), which may grow only with ``--extend``. A key changes what a
+phase trains with when the plan the record resolves to differs from the new recipe's in a field behind that key, both
+resolved on this machine (`core.plan_changes`): a key left null whose resolved value is the recorded explicit one is
+no change. The record is written when the work starts, after every check (:func:`write_record`), so a refused command
+leaves none behind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from spatialiq_train.core.io import atomic_write_text
+from spatialiq_train.core.plan import Phase
 from spatialiq_train.core.recipe_model import Recipe
 from spatialiq_train.core.recipes import RecipeError, flatten, recipe_to_yaml
 from spatialiq_train.core.recorded_recipe import continue_with
+from spatialiq_train.core.resolve import Hardware
 
 RECORD = "recipe.yaml"
 """The recipe record's file name in a run or phase folder."""
@@ -63,12 +68,14 @@ def check_record(
     budget: Sequence[str] = (),
     extend: bool = False,
     why: str = "the run has started",
+    phases: Sequence[Phase] = ("sft", "rl"),
 ) -> list[str]:
     """Compare ``recipe`` with ``folder``'s record (none: nothing to compare) and refuse what may not change.
 
-    Keys under ``free`` may differ; keys in ``budget`` only with ``extend``; any other difference raises a
-    :class:`RecipeError` naming the record, each key with its recorded and new value, and ``why`` it may not change.
-    Returns the keys that differ and were allowed (the record is then rewritten when the work starts)."""
+    Keys under ``free`` may differ, and so may keys whose values resolve alike in ``phases`` (the folder's work);
+    keys in ``budget`` only with ``extend``; any other difference raises a :class:`RecipeError` naming the record,
+    each key with its recorded and new value, and ``why`` it may not change. Returns the keys that differ and were
+    allowed (the record is then rewritten when the work starts)."""
     import yaml
 
     path = folder / RECORD
@@ -81,8 +88,9 @@ def check_record(
     old, new = yaml.safe_load(old_text) or {}, yaml.safe_load(text)
     old, earlier = earlier_record(old, folder, path)  # a record of an earlier version, in today's keys
     diff = recipe_differences(old, new)
-    allowed_budget = [k for k in diff if k in budget]
-    blocking = [k for k in diff if not _under(k, free) and k not in allowed_budget]
+    changed = resolved_keys([k for k in diff if not _under(k, free)], old, recipe, phases)
+    allowed_budget = [k for k in changed if k in budget]
+    blocking = [k for k in changed if k not in allowed_budget]
     if blocking:
         may = f" (only {', '.join(free)} may change)" if free else ""
         how = f"resume with the recorded recipe{may}" if not earlier else (
@@ -94,6 +102,37 @@ def check_record(
                           f"{_changes(allowed_budget, old, new)}); pass --extend to train on to the new budget, or "
                           "pick a new --out for a new run")
     return diff
+
+
+def resolved_keys(keys: list[str], old: dict[str, Any], recipe: Recipe, phases: Sequence[Phase]) -> list[str]:
+    """Of ``keys`` (differing between the record ``old`` and ``recipe``), those that change what one of ``phases``
+    trains with on this machine (`core.plan_changes.resolved_changes`); all of them when the record is not a valid
+    recipe today."""
+    from spatialiq_train.core.plan_changes import recipe_or_none, resolved_changes
+
+    recorded = recipe_or_none(old) if keys else None
+    if recorded is None:
+        return keys
+    return resolved_changes(keys, recorded, recipe, phases, (resume_hardware(recorded), resume_hardware(recipe)))
+
+
+def resume_hardware(recipe: Recipe) -> Hardware:
+    """This machine as ``recipe`` would run on it (the device its ``run.device`` asks for, ``auto``: CUDA when torch
+    sees it; the process count; what is importable), without the memory plan: the micro-batch and checkpointing it
+    decides are hardware keys, free on a resume."""
+    import importlib.util
+
+    from spatialiq_train.train.plan import liger_importable, world_size
+
+    gpu = recipe.run.device == "cuda" or (recipe.run.device == "auto" and _cuda_available())
+    return Hardware(gpu=gpu, world_size=world_size(), liger_importable=liger_importable(),
+                    vllm_importable=importlib.util.find_spec("vllm") is not None)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def earlier_record(old: dict[str, Any], folder: Path, path: Path) -> tuple[dict[str, Any], str]:
@@ -119,4 +158,5 @@ def check_phase_record(phase_dir: Path, recipe: Recipe, phase: str, extend: bool
     """:func:`check_record` for one phase folder: the keys the phase does not read and the hardware keys
     (:data:`HARDWARE_KEYS`) are free, its budget needs ``extend``."""
     return check_record(phase_dir, recipe, (*PHASE_FREE[phase], *HARDWARE_KEYS), budget_keys(phase), extend,
-                        f"the {phase.upper()} phase in {phase_dir} has started under the recorded recipe")
+                        f"the {phase.upper()} phase in {phase_dir} has started under the recorded recipe",
+                        (cast(Phase, phase),))

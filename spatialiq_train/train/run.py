@@ -49,9 +49,9 @@ EXTEND_KEYS: tuple[str, ...] = record.budget_keys("rl")
 
 def check_run_recipe(recipe: Recipe, out: Path, extend: bool = False) -> None:
     """Refuse a rerun whose recipe differs from the run's record (`train.record.check_record`): the hardware keys
-    (`record.HARDWARE_KEYS`) may always change, RL-only keys (`RL_ONLY`) until the RL phase has started, and with
-    `extend` the RL step budget (`EXTEND_KEYS`) after; any other difference is refused, naming each key. Writes
-    nothing."""
+    (`record.HARDWARE_KEYS`) and keys whose values both phases train with alike may always change, RL-only keys
+    (`RL_ONLY`) until the RL phase has started, and with `extend` the RL step budget (`EXTEND_KEYS`) after; any
+    other difference is refused, naming each key. Writes nothing."""
     rl_started = common.last_checkpoint(out / "rl") is not None
     if rl_started:
         record.check_record(out, recipe, record.HARDWARE_KEYS, EXTEND_KEYS, extend, "the RL phase has started")
@@ -59,8 +59,8 @@ def check_run_recipe(recipe: Recipe, out: Path, extend: bool = False) -> None:
         changed = record.check_record(out, recipe, (*RL_ONLY, *record.HARDWARE_KEYS), (), extend,
                                       "they change the SFT phase")
         if changed:
-            log.info("%s: RL-only keys changed before the RL phase (%s); recipe updated", out / record.RECORD,
-                     ", ".join(changed))
+            log.info("%s: keys that leave the SFT phase as it trained changed before the RL phase (%s); recipe "
+                     "updated", out / record.RECORD, ", ".join(changed))
 
 
 def _write_run_recipe(recipe: Recipe, out: Path, extend: bool = False) -> None:
