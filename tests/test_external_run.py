@@ -55,7 +55,16 @@ def test_the_run_writes_the_agreed_layout(run: tuple[Path, Path, str]) -> None:
     texts = {json.loads(line)["view"]: json.loads(line)["text"] for line in (out / "completions.jsonl").open()}
     adapter = SpatialChain()
     assert adapter.score(adapter.load(root / "test.csv", root / "images"), texts).rows == rows
-    assert (out / "completions.jsonl.provenance.json").is_file() and "| accuracy |" in (out / "report.md").read_text()
+    # the breakdowns: the data's relation column labels every item; each fixture question names one relation
+    assert list(metrics["breakdowns"]["relation"]) == ["left_of", "right_of"]
+    assert metrics["breakdowns"]["relation"]["right_of"]["n_items"] == 2
+    assert metrics["breakdowns"]["relation"]["right_of"]["n"] == 1  # the attribute answer has no accuracy
+    assert [r["hops"] for r in rows] == ["single"] * 3 and metrics["metrics"]["n_single_hop"] == 2
+    assert metrics["metrics"]["relation_from_column"] == 3 and metrics["metrics"]["relation_agreement"] == 1.0
+    assert {"macro_f1", "f1_yes", "f1_no", "accuracy_multi_hop", "hop_delta"} <= set(metrics["metrics"])
+    report = (out / "report.md").read_text()
+    assert (out / "completions.jsonl.provenance.json").is_file() and "| accuracy |" in report
+    assert "## Accuracy by relation" in report and "## Accuracy by hops" in report
     assert "0 already on file, 3 written" in console
 
 
