@@ -182,11 +182,14 @@ def _score_item(item: Item, text: str, scorer: Any) -> dict[str, Any]:
 
 
 METRIC_NOTES: dict[str, str] = {
-    "accuracy": "share correct among parsed yes/no answers to yes/no questions (the paper's Table 2 rule)",
-    "accuracy_all": "share correct among all yes/no questions, an unparsed answer counted wrong",
+    "accuracy": "share correct among parsed yes/no answers to yes/no questions (the rule Table 2's caption states)",
+    "accuracy_all": "share correct among all yes/no questions, an unparsed answer counted wrong (the rule Table 2's "
+                    "numbers follow: each of its nine Acc values is correct / 895)",
     "unparsed": "yes/no questions whose answer has no yes/no first word (or no answer at all)",
-    "yes_accuracy": "accuracy on questions whose truth is yes",
-    "no_accuracy": "accuracy on questions whose truth is no",
+    "yes_accuracy": "accuracy on parsed answers to questions whose truth is yes",
+    "no_accuracy": "accuracy on parsed answers to questions whose truth is no",
+    "yes_accuracy_all": "share correct of all questions whose truth is yes, unparsed counted wrong (Table 2's Yes)",
+    "no_accuracy_all": "share correct of all questions whose truth is no, unparsed counted wrong (Table 2's No)",
     "polarity_gap": "yes_accuracy - no_accuracy (positive: a yes bias)",
     "rouge1": "mean ROUGE-1 F of the chain against the reference chain (rouge-score)",
     "rougeL": "mean ROUGE-L F (rouge-score)", "token_f1": "mean token F1, lower-cased, stop words removed",
@@ -220,7 +223,9 @@ def spatialchain_metrics(rows: list[dict[str, Any]]) -> dict[str, float | int | 
     metrics: dict[str, float | int | None] = {
         "n_binary": len(binary), "unparsed": len(binary) - len(parsed), "accuracy": acc(parsed),
         "accuracy_all": acc(binary), "yes_accuracy": yes, "no_accuracy": no,
-        "polarity_gap": None if yes is None or no is None else yes - no}
+        "polarity_gap": None if yes is None or no is None else yes - no,
+        "yes_accuracy_all": acc([r for r in binary if r["truth"] == "yes"]),
+        "no_accuracy_all": acc([r for r in binary if r["truth"] == "no"])}
     for key in ("rouge1", "rougeL", "token_f1", "entity_overlap", "length_ratio", "step_markers"):
         metrics[key] = chains.mean_of(r["scores"][key] for r in rows)
     correct = [r["correct"] if r["pred"] is not None else None for r in rows]
