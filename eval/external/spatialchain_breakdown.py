@@ -143,3 +143,16 @@ def breakdown_metrics(rows: list[dict[str, Any]]) -> dict[str, float | int | Non
     metrics["relation_agreement"] = (sum(r["relation"] == r["relation_in_question"] for r in from_column)
                                      / len(from_column) if from_column else None)
     return metrics
+
+
+def hop_faithfulness(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Mean judge faithfulness per hop stratum over the items with a valid verdict (``scores``'
+    ``judge_reasoning_faithfulness``), and multi - single: Table 18's RF columns."""
+    out: dict[str, float | None] = {}
+    for stratum in HOP_STRATA:
+        values = [r["scores"]["judge_reasoning_faithfulness"] for r in rows if r["hops"] == stratum
+                  and r["scores"].get("judge_reasoning_faithfulness") is not None]
+        out[f"judge_faithfulness_{stratum}_hop"] = sum(values) / len(values) if values else None
+    single, multi = out["judge_faithfulness_single_hop"], out["judge_faithfulness_multi_hop"]
+    out["judge_faithfulness_hop_delta"] = None if single is None or multi is None else multi - single
+    return out
