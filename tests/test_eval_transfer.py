@@ -159,7 +159,7 @@ def test_the_table_reads_what_eval_external_writes(tmp_path: Path) -> None:
 
     from eval.external.run import write_results
     from eval.external.spatialchain import SpatialChain
-    from eval.transfer_io import read_results, transfer_group_rows, transfer_rows
+    from eval.transfer_io import read_results, summary_markdown, transfer_group_rows, transfer_rows
 
     root = write_spatialchain(tmp_path / "sc")
     adapter = SpatialChain()
@@ -189,6 +189,8 @@ def test_the_table_reads_what_eval_external_writes(tmp_path: Path) -> None:
     assert [groups["relation", "right_of"][k] for k in ("n", "base", "trained", "trained_only", "p_value")] == [
         1, 0.0, 1.0, 1, 1.0]
     assert [groups["hops", "single"][k] for k in ("n", "base", "trained", "difference")] == [2, 0.5, 1.0, 0.5]
+    assert "| spatialchain | hops | single | 2 | 50.0 | 100.0 | 50.0 | 1 | 0 / 1 |" in summary_markdown(
+        rows, signals, list(groups.values()))
     per_item = tmp_path / "base" / "per_item.jsonl"
     lines = per_item.read_text().splitlines()
     per_item.write_text("\n".join([json.dumps({k: v for k, v in json.loads(lines[0]).items() if k != "hops"}),
