@@ -31,6 +31,11 @@ SIGNAL_COLUMNS: tuple[str, ...] = (
     "benchmark", "opener_base", "opener_share_base", "opener_trained", "opener_share_trained", "chain_words_base",
     "chain_words_trained", "length_ratio",
 )
+GROUP_COLUMNS: tuple[str, ...] = (
+    "benchmark", "breakdown", "group", "n", "base", "trained", "difference", "p_value", "base_only", "trained_only",
+)
+"""transfer_groups.csv: accuracy per group of each breakdown a benchmark's results carry (SpatialChain: relation,
+hops)."""
 
 
 @dataclass
@@ -49,6 +54,8 @@ class Results:
     chain_words: dict[str, float] = field(default_factory=dict)
     """Words in each item's reasoning chain (empty when the results have none per item)."""
     chain_words_mean: float | None = None
+    groups: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Breakdown name -> item id -> the item's group (SpatialChain: ``relation``, ``hops``); empty when none."""
 
 
 @dataclass(frozen=True)
@@ -138,3 +145,23 @@ def signals_row(base: Results, trained: Results) -> dict[str, object]:
     return {"benchmark": base.benchmark, "opener_base": base.opener, "opener_share_base": base.opener_share,
             "opener_trained": trained.opener, "opener_share_trained": trained.opener_share,
             "chain_words_base": words[0], "chain_words_trained": words[1], "length_ratio": ratio}
+
+
+def group_rows(base: Results, trained: Results) -> list[dict[str, object]]:
+    """transfer_groups.csv's rows of one benchmark: for each breakdown both sides carry and each of its groups (the
+    base's labels, in the order first met), the accuracy of both sides on the items both define and the exact
+    McNemar test. The groups come from the data (the question, its relation column), so both sides agree."""
+    rows: list[dict[str, object]] = []
+    for name in (g for g in base.groups if g in trained.groups):
+        labels = base.groups[name]
+        for label in dict.fromkeys(labels.values()):
+            ids = {i: base.correct[i] for i, g in labels.items() if g == label and i in base.correct}
+            a, b = paired(ids, trained.correct)
+            test = mcnemar_exact(a, b)
+            both = ~np.isnan(a) & ~np.isnan(b)
+            means = (float(a[both].mean()), float(b[both].mean())) if both.any() else (math.nan, math.nan)
+            rows.append({"benchmark": base.benchmark, "breakdown": name, "group": label, "n": test.n,
+                         "base": means[0], "trained": means[1], "difference": means[1] - means[0],
+                         "p_value": test.p_value if test.n else math.nan, "base_only": test.a_only,
+                         "trained_only": test.b_only})
+    return rows

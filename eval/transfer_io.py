@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from eval.paper.common import full_precision
-from eval.transfer import COLUMNS, RESAMPLES, SIGNAL_COLUMNS, Results, benchmark_rows, signals_row
+from eval.transfer import (
+    COLUMNS,
+    GROUP_COLUMNS,
+    RESAMPLES,
+    SIGNAL_COLUMNS,
+    Results,
+    benchmark_rows,
+    group_rows,
+    signals_row,
+)
 from spatialiq_train.core.errors import InputError
 from spatialiq_train.core.io import (
     atomic_write_bytes,
@@ -42,10 +51,13 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
-def read_per_item(path: Path) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """``per_item.jsonl``: (item id -> correct, score name -> item id -> value); a bad line names file and line."""
+def read_per_item(path: Path, groups: Sequence[str] = ()) -> tuple[dict[str, float], dict[str, dict[str, float]],
+                                                                   dict[str, dict[str, str]]]:
+    """``per_item.jsonl``: (item id -> correct, score name -> item id -> value, breakdown -> item id -> group);
+    each name in ``groups`` is a field every line must hold as a string. A bad line names file and line."""
     correct: dict[str, float] = {}
     scores: dict[str, dict[str, float]] = {}
+    labels: dict[str, dict[str, str]] = {name: {} for name in groups}
     for lineno, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
@@ -63,9 +75,14 @@ def read_per_item(path: Path) -> tuple[dict[str, float], dict[str, dict[str, flo
             raise InputError(f"{where}: 'scores' must be an object of numbers")
         for name, value in item_scores.items():
             scores.setdefault(name, {})[row["id"]] = _number(value, f"{where}: scores.{name}")
+        for name in groups:
+            if not isinstance(row.get(name), str):
+                raise InputError(f"{where}: {name!r} must be the item's group (a string): metrics.json's breakdowns "
+                                 f"name it, got {row.get(name)!r}")
+            labels[name][row["id"]] = row[name]
     if not correct:
         raise InputError(f"{path}: no items")
-    return correct, scores
+    return correct, scores, labels
 
 
 def read_external(folder: Path) -> Results:
@@ -79,12 +96,15 @@ def read_external(folder: Path) -> Results:
     per_item = resolve_inside(folder, str(obj["per_item"]))
     if not per_item.is_file():
         raise InputError(f"{path}: its per_item file {per_item} does not exist")
-    correct, scores = read_per_item(per_item)
+    breakdowns = obj.get("breakdowns") or {}
+    if not isinstance(breakdowns, dict):
+        raise InputError(f"{path}: 'breakdowns' must be an object (breakdown name -> group -> cell)")
+    correct, scores, groups = read_per_item(per_item, list(breakdowns))
     signals = obj.get("signals") or {}
     return Results(str(obj["benchmark"]), str(obj["model"]), str(folder), correct, scores,
                    opener=signals.get("opener"), opener_share=signals.get("opener_share"),
                    chain_words=dict(scores.get("chain_words", {})),
-                   chain_words_mean=signals.get("chain_words_mean"))
+                   chain_words_mean=signals.get("chain_words_mean"), groups=groups)
 
 
 def _raw_file(path: Path) -> Path:
@@ -159,6 +179,12 @@ def transfer_rows(base: Sequence[Results], trained: Sequence[Results], seed: int
     return rows, [signals_row(b[name], t[name]) for name in b]
 
 
+def transfer_group_rows(base: Sequence[Results], trained: Sequence[Results]) -> list[dict[str, object]]:
+    """transfer_groups.csv's rows: each benchmark's breakdowns (checked and ordered as :func:`transfer_rows`)."""
+    b, t = by_benchmark(base, "--base"), by_benchmark(trained, "--trained")
+    return [row for name in b if name in t for row in group_rows(b[name], t[name])]
+
+
 def _pct(x: object) -> str:
     return "n/a" if not isinstance(x, float) or math.isnan(x) else f"{100 * x:.1f}"
 
@@ -169,8 +195,10 @@ def _num(x: object, digits: int = 3) -> str:
     return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
 
 
-def summary_markdown(rows: Sequence[dict[str, Any]], signals: Sequence[dict[str, Any]]) -> str:
-    """The transfer table (one line per benchmark, accuracy in percent), then every continuous score."""
+def summary_markdown(rows: Sequence[dict[str, Any]], signals: Sequence[dict[str, Any]],
+                     groups: Sequence[dict[str, Any]] = ()) -> str:
+    """The transfer table (one line per benchmark, accuracy in percent), every continuous score, then the accuracy
+    per group of each breakdown."""
     sig = {s["benchmark"]: s for s in signals}
     main = [[r["benchmark"], r["n"], _pct(r["base"]), _pct(r["trained"]),
              f"{_pct(r['difference'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]", _num(r["p_value"]),
@@ -191,6 +219,12 @@ def summary_markdown(rows: Sequence[dict[str, Any]], signals: Sequence[dict[str,
     if other:
         parts += ["", "## Continuous scores (paired bootstrap, 95 %)", "",
                   markdown_table(["benchmark", "score", "n", "base", "trained", "difference [95 % CI]"], other)]
+    if groups:
+        table = [[g["benchmark"], g["breakdown"], g["group"], g["n"], _pct(g["base"]), _pct(g["trained"]),
+                  _pct(g["difference"]), _num(g["p_value"]), f"{g['base_only']} / {g['trained_only']}"] for g in groups]
+        parts += ["", "## Accuracy by group (exact McNemar per group; SpatialChain: a relation cell with n < 20 is "
+                  "non-inferential)", "", markdown_table(["benchmark", "breakdown", "group", "n", "base %",
+                                                          "trained %", "difference", "McNemar p", "discordant"], table)]
     return "\n".join(parts) + "\n"
 
 
@@ -223,18 +257,22 @@ def plot_transfer(rows: Sequence[dict[str, Any]]) -> bytes:
 
 def write_transfer(base: Sequence[Path], trained: Sequence[Path], out: Path, task: str = "main", seed: int = 0,
                    base_completions: Path | None = None, trained_completions: Path | None = None) -> str:
-    """OUT/transfer.csv, OUT/transfer_signals.csv, OUT/transfer.md and OUT/transfer.png (each written whole);
-    returns the markdown. ``*_completions`` go with the Spatial-IQ results of that side."""
+    """OUT/transfer.csv, OUT/transfer_groups.csv (its header alone when no results carry breakdowns),
+    OUT/transfer_signals.csv, OUT/transfer.md and OUT/transfer.png (each written whole); returns the markdown.
+    ``*_completions`` go with the Spatial-IQ results of that side."""
     def read(paths: Sequence[Path], completions: Path | None, flag: str) -> list[Results]:
         read_ = [read_results(p, task, completions if _is_spatialiq(p) else None) for p in paths]
         if completions is not None and not any(r.benchmark == SPATIALIQ for r in read_):
             raise InputError(f"{flag}-completions {completions}: no Spatial-IQ results among {flag} to go with")
         return read_
 
-    rows, signals = transfer_rows(read(base, base_completions, "--base"),
-                                  read(trained, trained_completions, "--trained"), seed)
-    text, picture = summary_markdown(rows, signals), plot_transfer(rows)  # everything computed before any write
+    base_results = read(base, base_completions, "--base")
+    trained_results = read(trained, trained_completions, "--trained")
+    rows, signals = transfer_rows(base_results, trained_results, seed)
+    groups = transfer_group_rows(base_results, trained_results)
+    text, picture = summary_markdown(rows, signals, groups), plot_transfer(rows)  # all computed before any write
     atomic_write_text(out / "transfer.csv", csv_text(COLUMNS, rows, full_precision))
+    atomic_write_text(out / "transfer_groups.csv", csv_text(GROUP_COLUMNS, groups, full_precision))
     atomic_write_text(out / "transfer_signals.csv", csv_text(SIGNAL_COLUMNS, signals, full_precision))
     atomic_write_bytes(out / "transfer.png", picture)
     atomic_write_text(out / "transfer.md", text + "\n![transfer](transfer.png)\n")

@@ -128,6 +128,7 @@ def test_compare_draws_the_transfer_table_across_benchmarks(tmp_path: Path) -> N
         res.output)
     assert (out / "transfer.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "![transfer](transfer.png)" in (out / "transfer.md").read_text()
+    assert list(csv.DictReader((out / "transfer_groups.csv").open())) == []  # no results here carry breakdowns
 
 
 @pytest.mark.parametrize("args,message", [
@@ -158,7 +159,7 @@ def test_the_table_reads_what_eval_external_writes(tmp_path: Path) -> None:
 
     from eval.external.run import write_results
     from eval.external.spatialchain import SpatialChain
-    from eval.transfer_io import read_results, transfer_rows
+    from eval.transfer_io import read_results, summary_markdown, transfer_group_rows, transfer_rows
 
     root = write_spatialchain(tmp_path / "sc")
     adapter = SpatialChain()
@@ -180,3 +181,19 @@ def test_the_table_reads_what_eval_external_writes(tmp_path: Path) -> None:
     # chains: 11, 10 and 0 words (base) against 3 each ("looking at it"), summed over the three items
     assert signals[0]["opener_trained"] == "looking at" and signals[0]["opener_share_trained"] == 1.0
     assert signals[0]["length_ratio"] == pytest.approx(9 / 21)
+    # SpatialChain's breakdowns, paired per group: the column's relations and the hop strata (every fixture
+    # question names one relation); the colour question has no accuracy
+    groups = {(g["breakdown"], g["group"]): g for g in transfer_group_rows([read_results(tmp_path / "base")],
+                                                                           [read_results(tmp_path / "trained")])}
+    assert list(groups) == [("relation", "left_of"), ("relation", "right_of"), ("hops", "single")]
+    assert [groups["relation", "right_of"][k] for k in ("n", "base", "trained", "trained_only", "p_value")] == [
+        1, 0.0, 1.0, 1, 1.0]
+    assert [groups["hops", "single"][k] for k in ("n", "base", "trained", "difference")] == [2, 0.5, 1.0, 0.5]
+    assert "| spatialchain | hops | single | 2 | 50.0 | 100.0 | 50.0 | 1 | 0 / 1 |" in summary_markdown(
+        rows, signals, list(groups.values()))
+    per_item = tmp_path / "base" / "per_item.jsonl"
+    lines = per_item.read_text().splitlines()
+    per_item.write_text("\n".join([json.dumps({k: v for k, v in json.loads(lines[0]).items() if k != "hops"}),
+                                   *lines[1:]]))
+    with pytest.raises(InputError, match=r"per_item.jsonl:1: 'hops' must be the item's group"):
+        read_results(tmp_path / "base")

@@ -85,9 +85,10 @@ def test_accuracy_family_against_hand_computed_values() -> None:
             _row("no", "no", 0.4, 0.3), _row("no", None, 0.0, 0.0), _row(None, "yes", 1.0, 1.0)]
     m = spatialchain_metrics(rows)
     assert m["n_binary"] == 5 and m["unparsed"] == 1
-    assert m["accuracy"] == pytest.approx(3 / 4)  # parsed only (Table 2's rule)
-    assert m["accuracy_all"] == pytest.approx(3 / 5)  # the unparsed one counted wrong
+    assert m["accuracy"] == pytest.approx(3 / 4)  # parsed only (Table 2's caption)
+    assert m["accuracy_all"] == pytest.approx(3 / 5)  # the unparsed one counted wrong (Table 2's numbers)
     assert m["yes_accuracy"] == pytest.approx(2 / 3) and m["no_accuracy"] == 1.0
+    assert m["yes_accuracy_all"] == pytest.approx(2 / 3) and m["no_accuracy_all"] == pytest.approx(1 / 2)
     assert m["polarity_gap"] == pytest.approx(2 / 3 - 1)
     assert m["rouge1"] == pytest.approx((0.6 + 0.8 + 0.2 + 0.4 + 0.0 + 1.0) / 6)  # chain metrics: every item
     assert m["entity_overlap"] is None and m["length_ratio"] == 2.0 and m["step_markers"] == 1.0

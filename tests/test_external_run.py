@@ -55,7 +55,16 @@ def test_the_run_writes_the_agreed_layout(run: tuple[Path, Path, str]) -> None:
     texts = {json.loads(line)["view"]: json.loads(line)["text"] for line in (out / "completions.jsonl").open()}
     adapter = SpatialChain()
     assert adapter.score(adapter.load(root / "test.csv", root / "images"), texts).rows == rows
-    assert (out / "completions.jsonl.provenance.json").is_file() and "| accuracy |" in (out / "report.md").read_text()
+    # the breakdowns: the data's relation column labels every item; each fixture question names one relation
+    assert list(metrics["breakdowns"]["relation"]) == ["left_of", "right_of"]
+    assert metrics["breakdowns"]["relation"]["right_of"]["n_items"] == 2
+    assert metrics["breakdowns"]["relation"]["right_of"]["n"] == 1  # the attribute answer has no accuracy
+    assert [r["hops"] for r in rows] == ["single"] * 3 and metrics["metrics"]["n_single_hop"] == 2
+    assert metrics["metrics"]["relation_from_column"] == 3 and metrics["metrics"]["relation_agreement"] == 1.0
+    assert {"macro_f1", "f1_yes", "f1_no", "accuracy_multi_hop", "hop_delta"} <= set(metrics["metrics"])
+    report = (out / "report.md").read_text()
+    assert (out / "completions.jsonl.provenance.json").is_file() and "| accuracy |" in report
+    assert "## Accuracy by relation" in report and "## Accuracy by hops" in report
     assert "0 already on file, 3 written" in console
 
 
@@ -110,6 +119,7 @@ def test_the_judge_through_the_command(run: tuple[Path, Path, str], tmp_path: Pa
     m = json.loads((judged / "metrics.json").read_text())["metrics"]
     assert m["judge_n"] == 2 and m["judge_invalid"] == 1  # the fenced reply is not the rubric's JSON
     assert m["judge_faithfulness"] == pytest.approx(0.75) and m["judge_completeness"] == 0.5
+    assert m["judge_faithfulness_single_hop"] == pytest.approx(0.75) and m["judge_faithfulness_multi_hop"] is None
     assert "secret" not in "".join(p.read_text() for p in judged.iterdir() if p.is_file())
 
 
@@ -125,7 +135,8 @@ def test_verdicts_are_parsed_strictly() -> None:
 
 
 def test_judge_metrics_against_hand_computed_values() -> None:
-    rows = [{"id": i, "correct": c, "scores": {}} for i, c in (("a", 1), ("b", 1), ("c", 0), ("d", 1))]
+    rows = [{"id": i, "correct": c, "hops": h, "scores": {}}
+            for i, c, h in (("a", 1, "single"), ("b", 1, "multi"), ("c", 0, "single"), ("d", 1, "multi"))]
     verdicts = {"a": {"scores": {"answer_correctness": 1.0, "reasoning_faithfulness": 0.5,
                                  "reasoning_completeness": 1.0}},
                 "b": {"scores": {"answer_correctness": 1.0, "reasoning_faithfulness": 1.0,
@@ -140,6 +151,9 @@ def test_judge_metrics_against_hand_computed_values() -> None:
     assert m["judged_shortcut_rate"] == pytest.approx(1 / 2)  # of the correct a and b, a has faithfulness <= 0.5
     assert rows[0]["scores"]["judge_reasoning_faithfulness"] == 0.5
     assert rows[3]["scores"]["judge_reasoning_faithfulness"] is None
+    # Table 18's RF per hop stratum: single a (0.5) and c (0.0), multi b (1.0); d's invalid verdict left out
+    assert m["judge_faithfulness_single_hop"] == 0.25 and m["judge_faithfulness_multi_hop"] == 1.0
+    assert m["judge_faithfulness_hop_delta"] == 0.75 and m["judge_faithfulness_ambiguous_hop"] is None
 
 
 def test_an_unreachable_judge_is_a_one_line_error(tmp_path: Path) -> None:

@@ -45,6 +45,9 @@ class Scored:
     """``{"id", "correct": 1 | 0 | None, "scores": {...}}`` plus any fields the adapter keeps (parsed answer, ...)."""
     notes: dict[str, str] = field(default_factory=dict)
     """Metric name -> what it means, for the report."""
+    breakdowns: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """Accuracy by group: breakdown name -> group label -> ``{"n", "correct", "accuracy", ...}`` (metrics.json's
+    ``breakdowns``, one report table each); empty for a benchmark without one."""
 
 
 class Adapter(Protocol):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eval.external.spatialchain_breakdown import hop_faithfulness
 from spatialiq_train.core.errors import UserError
 
 JUDGE_KEYS: tuple[str, ...] = ("answer_correctness", "reasoning_faithfulness", "reasoning_completeness")
@@ -146,13 +147,14 @@ def judge_metrics(rows: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]
     correct = [s for r, s in valid if r["correct"] == 1]
     passed = [s["answer_correctness"] >= PASS_THRESHOLD
               and (s["reasoning_faithfulness"] + s["reasoning_completeness"]) / 2 >= PASS_THRESHOLD for _, s in valid]
+    by_hops = hop_faithfulness(rows) if rows and all("hops" in r for r in rows) else {}
     return {"judge_n": len(valid), "judge_invalid": len(rows) - len(valid),
             "judge_answer_correctness": mean([s["answer_correctness"] for _, s in valid]),
             "judge_faithfulness": mean([s["reasoning_faithfulness"] for _, s in valid]),
             "judge_completeness": mean([s["reasoning_completeness"] for _, s in valid]),
             "judge_pass_rate": mean([float(p) for p in passed]),
             "judged_shortcut_rate": mean([float(s["reasoning_faithfulness"] <= SHORTCUT_FAITHFULNESS)
-                                          for s in correct])}
+                                          for s in correct]), **by_hops}
 
 
 JUDGE_NOTES: dict[str, str] = {
@@ -163,4 +165,8 @@ JUDGE_NOTES: dict[str, str] = {
     "judged_shortcut_rate": "share of correct answers whose faithfulness the judge scored <= 0.5 (not the "
                             "project's exact shortcut_rate)",
     "judge_invalid": "items whose judge reply was not the rubric's JSON object (left out of the means)",
+    "judge_faithfulness_single_hop": "mean faithfulness on questions naming one relation (Table 18's RF single)",
+    "judge_faithfulness_multi_hop": "mean faithfulness on questions chaining two or more (Table 18's RF multi)",
+    "judge_faithfulness_ambiguous_hop": "mean faithfulness on questions whose hop count the text leaves open",
+    "judge_faithfulness_hop_delta": "multi - single (Table 18's RF delta)",
 }

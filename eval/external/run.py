@@ -60,7 +60,8 @@ def write_results(out: Path, name: str, model: dict[str, Any], scored: Scored, p
     atomic_write_text(out / PER_ITEM, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in scored.rows))
     metrics = {"benchmark": name, **{k: model.get(k) for k in ("model", "model_digest", "model_revision")},
                "n": len(scored.rows), "primary": scored.primary, "metrics": scored.metrics,
-               "signals": scored.signals, "per_item": PER_ITEM, "data": provenance.get("data"),
+               "signals": scored.signals, "breakdowns": scored.breakdowns, "per_item": PER_ITEM,
+               "data": provenance.get("data"),
                "sampling": {k: (provenance.get("sampling") or {}).get(k) for k in SAMPLING_SHOWN}}
     atomic_write_json(out / METRICS, metrics)
     atomic_write_text(out / REPORT, report_text(metrics, scored.notes))
@@ -74,11 +75,16 @@ def _cell(value: object) -> str:
 
 
 def report_text(metrics: dict[str, Any], notes: dict[str, str]) -> str:
-    """The markdown report: every metric with what it means, then the specialisation signals."""
+    """The markdown report: every metric with what it means, the specialisation signals, then one table per
+    breakdown (a row per group)."""
     rows = [[key, _cell(value), notes.get(key, "")] for key, value in metrics["metrics"].items()]
     signals = [[key, _cell(value)] for key, value in metrics["signals"].items()]
-    return "\n".join([
-        f"# {metrics['benchmark']}: {metrics['model']}", "",
-        f"{metrics['n']} items; primary metric `{metrics['primary']}`; per-item scores in `{metrics['per_item']}`.", "",
-        markdown_table(["metric", "value", "meaning"], rows), "", "## Style signals", "",
-        markdown_table(["signal", "value"], signals), ""])
+    head = f"{metrics['n']} items; primary metric `{metrics['primary']}`; per-item scores in `{metrics['per_item']}`."
+    lines = [f"# {metrics['benchmark']}: {metrics['model']}", "", head, "",
+             markdown_table(["metric", "value", "meaning"], rows), "", "## Style signals", "",
+             markdown_table(["signal", "value"], signals), ""]
+    for name, groups in (metrics.get("breakdowns") or {}).items():
+        columns = list(next(iter(groups.values()), {}))
+        table = [[label, *(_cell(cell.get(c)) for c in columns)] for label, cell in groups.items()]
+        lines += [f"## Accuracy by {name}", "", markdown_table([name, *columns], table), ""]
+    return "\n".join(lines)

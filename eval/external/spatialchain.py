@@ -8,7 +8,8 @@ Answers (:func:`split_output`): the target format ``<think>â€¦</think><answer>â€
 ``Answer: <one short sentence>`` line; the label is the answer's first word, yes or no. Metrics (section 4, Appendix
 I.1): accuracy over parsed answers (the paper's Table 2 rule) with the unparsed count, accuracy counting them
 wrong, yes- and no-accuracy and their gap; the chain metrics of :mod:`eval.external.chains` on every item; ROUGE-1
-and token F1 conditioned on correctness (two-sided Mann-Whitney U); style markers.
+and token F1 conditioned on correctness (two-sided Mann-Whitney U); style markers; the yes/no F1s, accuracy per
+relation and per hop stratum of :mod:`eval.external.spatialchain_breakdown`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.external import chains
+from eval.external import spatialchain_breakdown as breakdown
 from eval.external.base import BenchmarkLayoutError, Item, Scored, image_file
 from eval.external.prompts import SPATIALCHAIN_JUDGE_FIELDS, SPATIALCHAIN_JUDGE_PROMPT, SPATIALCHAIN_SYSTEM_PROMPT
 
@@ -145,7 +147,9 @@ class SpatialChain:
         top, share = chains.opener_share(outputs)
         signals = {"opener": top, "opener_share": share,
                    "chain_words_mean": chains.mean_of(len(chains.tokens(c)) for c in chain_texts)}
-        return Scored("accuracy", spatialchain_metrics(rows), signals, rows, dict(METRIC_NOTES))
+        metrics = {**spatialchain_metrics(rows), **breakdown.breakdown_metrics(rows)}
+        tables = {"relation": breakdown.per_relation(rows), "hops": breakdown.per_hop(rows)}
+        return Scored("accuracy", metrics, signals, rows, dict(METRIC_NOTES), tables)
 
     def judge_prompts(self, items: list[Item], texts: dict[str, str]) -> dict[str, tuple[str, str]]:
         """(system, user) of each item's judge call: Appendix F's rubric and its input block, the chain without
@@ -165,27 +169,44 @@ def _score_item(item: Item, text: str, scorer: Any) -> dict[str, Any]:
     chain, answer = split_output(text)
     truth, pred = yes_no(item.truth["fullAnswer"]), yes_no(answer)
     reference = item.truth["thinking"]
+    relation, source = breakdown.item_relation(item.truth.get("relation"), item.prompt)
     rouge1, rouge_l = chains.rouge(chain, reference, scorer)
     scores = {"rouge1": rouge1, "rougeL": rouge_l, "token_f1": chains.token_f1(chain, reference),
               "entity_overlap": chains.entity_overlap(chain, object_labels(item.truth["scene_graph"])),
               "length_ratio": chains.length_ratio(chain, reference), "step_markers": chains.step_markers(chain),
               "chain_words": len(chains.tokens(chain))}
     return {"id": item.id, "correct": None if truth is None else int(pred == truth), "truth": truth, "pred": pred,
-            "answer": answer, "scores": scores}
+            "answer": answer, "relation": relation, "relation_source": source,
+            "relation_in_question": breakdown.first_relation(item.prompt), "hops": breakdown.hop_stratum(item.prompt),
+            "scores": scores}
 
 
 METRIC_NOTES: dict[str, str] = {
-    "accuracy": "share correct among parsed yes/no answers to yes/no questions (the paper's Table 2 rule)",
-    "accuracy_all": "share correct among all yes/no questions, an unparsed answer counted wrong",
+    "accuracy": "share correct among parsed yes/no answers to yes/no questions (the rule Table 2's caption states)",
+    "accuracy_all": "share correct among all yes/no questions, an unparsed answer counted wrong (the rule Table 2's "
+                    "numbers follow: each of its nine Acc values is correct / 895)",
     "unparsed": "yes/no questions whose answer has no yes/no first word (or no answer at all)",
-    "yes_accuracy": "accuracy on questions whose truth is yes",
-    "no_accuracy": "accuracy on questions whose truth is no",
+    "yes_accuracy": "accuracy on parsed answers to questions whose truth is yes",
+    "no_accuracy": "accuracy on parsed answers to questions whose truth is no",
+    "yes_accuracy_all": "share correct of all questions whose truth is yes, unparsed counted wrong (Table 2's Yes)",
+    "no_accuracy_all": "share correct of all questions whose truth is no, unparsed counted wrong (Table 2's No)",
     "polarity_gap": "yes_accuracy - no_accuracy (positive: a yes bias)",
     "rouge1": "mean ROUGE-1 F of the chain against the reference chain (rouge-score)",
     "rougeL": "mean ROUGE-L F (rouge-score)", "token_f1": "mean token F1, lower-cased, stop words removed",
     "entity_overlap": "mean share of the scene graph's object labels named in the chain",
     "length_ratio": "mean chain length over reference length, in tokens",
     "step_markers": "mean count of first/second/third/then/next/finally per chain",
+    "f1_yes": "F1 of the yes class over parsed answers to yes/no questions (the value Table 2's F1 column holds)",
+    "f1_no": "F1 of the no class over the same answers",
+    "macro_f1": "(f1_yes + f1_no) / 2: the macro-F1 Table 2's caption names (its numbers are f1_yes)",
+    "accuracy_single_hop": "accuracy on questions naming one relation (an unparsed answer counted wrong; Table 18)",
+    "accuracy_multi_hop": "accuracy on questions chaining two or more relations (Table 18)",
+    "accuracy_ambiguous_hop": "accuracy on questions whose hop count the text leaves open (the paper's 5, by hand)",
+    "n_single_hop": "yes/no questions naming one relation", "n_multi_hop": "yes/no questions naming two or more",
+    "n_ambiguous_hop": "yes/no questions naming none, or relations as alternatives ('or' between them)",
+    "hop_delta": "accuracy_multi_hop - accuracy_single_hop (Table 18's delta)",
+    "relation_from_column": "items labelled by the data's relation column (the rest: the question's first relation)",
+    "relation_agreement": "share of those whose column label equals the question's first-occurrence label",
 }
 
 
@@ -202,7 +223,9 @@ def spatialchain_metrics(rows: list[dict[str, Any]]) -> dict[str, float | int | 
     metrics: dict[str, float | int | None] = {
         "n_binary": len(binary), "unparsed": len(binary) - len(parsed), "accuracy": acc(parsed),
         "accuracy_all": acc(binary), "yes_accuracy": yes, "no_accuracy": no,
-        "polarity_gap": None if yes is None or no is None else yes - no}
+        "polarity_gap": None if yes is None or no is None else yes - no,
+        "yes_accuracy_all": acc([r for r in binary if r["truth"] == "yes"]),
+        "no_accuracy_all": acc([r for r in binary if r["truth"] == "no"])}
     for key in ("rouge1", "rougeL", "token_f1", "entity_overlap", "length_ratio", "step_markers"):
         metrics[key] = chains.mean_of(r["scores"][key] for r in rows)
     correct = [r["correct"] if r["pred"] is not None else None for r in rows]
