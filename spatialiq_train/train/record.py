@@ -22,7 +22,6 @@ from spatialiq_train.core.plan import Phase
 from spatialiq_train.core.recipe_model import Recipe
 from spatialiq_train.core.recipes import RecipeError, flatten, recipe_to_yaml
 from spatialiq_train.core.recorded_recipe import continue_with
-from spatialiq_train.core.resolve import Hardware
 
 RECORD = "recipe.yaml"
 """The recipe record's file name in a run or phase folder."""
@@ -113,26 +112,10 @@ def resolved_keys(keys: list[str], old: dict[str, Any], recipe: Recipe, phases: 
     recorded = recipe_or_none(old) if keys else None
     if recorded is None:
         return keys
-    return resolved_changes(keys, recorded, recipe, phases, (resume_hardware(recorded), resume_hardware(recipe)))
+    from spatialiq_train.train.plan import hardware
 
-
-def resume_hardware(recipe: Recipe) -> Hardware:
-    """This machine as ``recipe`` would run on it (the device its ``run.device`` asks for, ``auto``: CUDA when torch
-    sees it; the process count; what is importable), without the memory plan: the micro-batch and checkpointing it
-    decides are hardware keys, free on a resume."""
-    import importlib.util
-
-    from spatialiq_train.train.plan import liger_importable, world_size
-
-    gpu = recipe.run.device == "cuda" or (recipe.run.device == "auto" and _cuda_available())
-    return Hardware(gpu=gpu, world_size=world_size(), liger_importable=liger_importable(),
-                    vllm_importable=importlib.util.find_spec("vllm") is not None)
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+    here = hardware()  # this machine, without the memory plan: the micro-batch and checkpointing it decides are free
+    return resolved_changes(keys, recorded, recipe, phases, (here, here))
 
 
 def earlier_record(old: dict[str, Any], folder: Path, path: Path) -> tuple[dict[str, Any], str]:
