@@ -97,17 +97,23 @@ def refuse_stepless(root: Path) -> None:
                                "from: nothing to release; train with more rows than one batch and release that run")
 
 
-def _dataset_line(record: dict[str, Any]) -> str:
-    traces = ", ".join(f"`{name}` sha256 `{digest}`" for name, digest in sorted((record.get("traces") or {}).items()))
+def _images_words(record: dict[str, Any]) -> str:
+    """The images a data record (or one of its replay sources) holds, as the card says them."""
     if record.get("manifest_sha256"):
         facts = [f"{label} {record[key]}" for label, key in (("generator version", "generator_version"),
                                                              ("seed", "seed"), ("structures", "structures"),
                                                              ("views", "views")) if record.get(key) is not None]
-        images = f"manifest.json sha256 `{record['manifest_sha256']}`" + (f" ({', '.join(facts)})" if facts else "")
-    else:
-        images = f"{record.get('images')} images, sha256 over their names and sha256s `{record.get('images_sha256')}`"
+        return f"manifest.json sha256 `{record['manifest_sha256']}`" + (f" ({', '.join(facts)})" if facts else "")
+    return f"{record.get('images')} images, sha256 over their names and sha256s `{record.get('images_sha256')}`"
+
+
+def _dataset_line(record: dict[str, Any]) -> str:
+    traces = ", ".join(f"`{name}` sha256 `{digest}`" for name, digest in sorted((record.get("traces") or {}).items()))
+    others = "".join(f"; images of `{s.get('traces_dir')}` (`{s.get('source')}`): `{s.get('data_root')}` "
+                     f"({_images_words(s)})" for s in record.get("sources") or () if isinstance(s, dict))
     return (f"- Trained on ({str(record.get('phase', '?')).upper()} phase): traces `{record.get('traces_dir')}` "
-            f"({traces or 'no trace file recorded'}); images `{record.get('data_root')}` ({images}).")
+            f"({traces or 'no trace file recorded'}); images `{record.get('data_root')}` ({_images_words(record)})"
+            f"{others}.")
 
 
 def trained_on(root: Path, phases: tuple[str, ...] | None) -> tuple[str, ...]:
