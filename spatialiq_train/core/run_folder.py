@@ -153,6 +153,25 @@ def write_data_record(out: Path, record: dict[str, Any] | None) -> None:
         atomic_write_json(out / DATA_RECORD, record)
 
 
+def read_data_record(folder: Path) -> dict[str, Any] | None:
+    """The data record ``folder`` holds (a phase folder, or NeMo-RL's ``checkpointing.checkpoint_dir``), None when
+    it holds none; an unreadable one is a UserError naming it. ``nemo convert`` carries the record into the
+    converted checkpoint (:func:`write_data_record`), where ``spatialiq release`` reads it."""
+    path = folder / DATA_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        record, problem = None, str(exc)
+    else:
+        problem = "not a JSON object"
+    if not isinstance(record, dict):
+        raise UserError(f"{path}: unreadable data record ({problem}); it says what the checkpoints beside it were "
+                        "trained on: restore it (the driver writes it when training starts)")
+    return record
+
+
 def check_trained(global_step: int, out: Path, phase: str) -> None:
     """A :class:`JobFailure` when the phase ended without an optimizer step: it is then neither recorded complete
     nor exported (its weights are those it started from)."""
