@@ -215,6 +215,8 @@ def test_a_converted_nemo_run_releases_with_every_dataset_it_trained_on(tmp_path
     sft, rl = (json.loads((f / "data.json").read_text()) for f in (sft_hf, rl_ckpt))
     assert json.loads((rl_hf / "data.json").read_text()) == rl and (sft["phase"], rl["phase"]) == ("sft", "rl")
 
+    res = CliRunner().invoke(app, ["release", "--run", str(rl_ckpt), "--out", str(tmp_path / "release")])
+    assert res.exit_code == 2 and "a NeMo-RL checkpoint, not a Hugging Face one: convert it first" in res.output
     res = CliRunner().invoke(app, ["release", "--run", str(rl_hf), "--out", str(tmp_path / "release")])
     assert res.exit_code == 0, res.output
     card = (tmp_path / "release" / "README.md").read_text()
