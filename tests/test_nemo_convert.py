@@ -92,7 +92,10 @@ def test_refusals_name_the_problem(tmp_path: Path) -> None:
         shutil.copy2(step / "config.yaml", dcp / "config.yaml")
         with pytest.raises(ConvertError, match="inside nvcr.io/nvidia/nemo-rl:v0.7.0"):
             convert(dcp, tmp_path / "out", "tiny_cpu")
-    assert not (tmp_path / "out").exists()
+    (step.parent / "data.json").write_text("{", encoding="utf-8")  # the driver's data record, cut short
+    with pytest.raises(UserError, match=r"ckpt/data.json: unreadable data record \(.*\); it says what the "):
+        convert(step, tmp_path / "out", "tiny_cpu")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
 def test_a_converted_checkpoint_releases(tmp_path: Path) -> None:
@@ -107,6 +110,7 @@ def test_a_converted_checkpoint_releases(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     card = (tmp_path / "release" / "README.md").read_text()
     assert "tiny_cpu" in card and "Not evaluated" in card
+    assert "- Trained on: not recorded with the run (no `data.json`" in card  # converted with no record beside it
     assert CliRunner().invoke(app, ["release", "--verify", str(tmp_path / "release")]).exit_code == 0
 
 
@@ -165,3 +169,61 @@ def test_weight_checks_catch_a_changed_copy_and_a_tensor_missing_from_its_file(t
         fh.write(bytes([last[0] ^ 1]))
     with pytest.raises(ConvertError, match="model.safetensors: differs from its source"):
         verify_weights(src, dst)
+
+
+def _nemo_phase(tmp: Path, phase: str, sets: list[str]) -> Path:
+    """The ``checkpointing.checkpoint_dir`` of a NeMo-RL phase as the driver leaves it: the config `spatialiq recipes
+    nemo-rl` generates, the data record the driver writes there when training starts (the functions it calls:
+    `plan_for` on the config's plan, then `check_same_data` and `write_data_record`), and a step folder holding that
+    config."""
+    from spatialiq_train.core.run_folder import check_same_data, write_data_record
+    from spatialiq_train.nemo.driver import plan_for
+    from spatialiq_train.nemo.export import build
+    from spatialiq_train.nemo.settings import read_settings
+
+    config = build("tiny_cpu", phase, 1, 1, overrides=sets).config  # type: ignore[arg-type]
+    phase_plan, _ = plan_for(read_settings(config, tmp / f"nemo_{phase}.yaml"), phase, tmp / f"nemo_{phase}.yaml")
+    ckpt = Path(config["checkpointing"]["checkpoint_dir"])
+    ckpt.mkdir(parents=True)
+    write_data_record(ckpt, check_same_data(ckpt, phase_plan, resuming=False))
+    step = _step(ckpt, 4)
+    (step / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")  # NeMo-RL saves the whole config
+    return ckpt
+
+
+def test_a_converted_nemo_run_releases_with_every_dataset_it_trained_on(tmp_path: Path) -> None:
+    """Issue 44, case 2 on NeMo-RL: `nemo convert` carries the data record the driver wrote beside the checkpoints
+    (``data.json``) into the converted folder, so `release` of the DAPO-tight RL checkpoint names the RL phase's data
+    and, through ``rl.init_from`` (the converted SFT warm-up), the SFT phase's, as a TRL `run dapo-tight` card does;
+    the card's phases come from the records (a converted checkpoint keeps no metrics)."""
+    import numpy as np
+    from _train_support import write_traces
+    from typer.testing import CliRunner
+
+    from spatialiq_train.cli import app
+
+    one_thread()
+    rng = np.random.default_rng(0)
+    for split in ("rl", "val", "warmup"):
+        write_traces(tmp_path, split, 4, rng, answer=lambda i: i % 5)
+    sets = [f"data.traces_dir={tmp_path / 'traces'}", f"data.data_root={tmp_path}", "data.eval_split=val",
+            "rl.validation.every_steps=5", "sft.validation.every_steps=2", f"model.name_or_path={tiny_model_dir()}",
+            "model.tiny=false", f"run.output_dir={tmp_path / 'out'}"]
+    sft_hf = convert(_nemo_phase(tmp_path, "sft", sets), tmp_path / "out" / "nemo_rl" / "sft" / "hf")
+    rl_ckpt = _nemo_phase(tmp_path, "rl", [*sets, f"rl.init_from={sft_hf}"])
+    rl_hf = convert(rl_ckpt, tmp_path / "out" / "nemo_rl" / "rl" / "hf")
+    sft, rl = (json.loads((f / "data.json").read_text()) for f in (sft_hf, rl_ckpt))
+    assert json.loads((rl_hf / "data.json").read_text()) == rl and (sft["phase"], rl["phase"]) == ("sft", "rl")
+
+    res = CliRunner().invoke(app, ["release", "--run", str(rl_ckpt), "--out", str(tmp_path / "release")])
+    assert res.exit_code == 2 and "a NeMo-RL checkpoint, not a Hugging Face one: convert it first" in res.output
+    res = CliRunner().invoke(app, ["release", "--run", str(rl_hf), "--out", str(tmp_path / "release")])
+    assert res.exit_code == 0, res.output
+    card = (tmp_path / "release" / "README.md").read_text()
+    assert (f"- Trained on (RL phase): traces `traces` (`rl.jsonl` sha256 `{rl['traces']['rl.jsonl']}`, `val.jsonl` "
+            f"sha256 `{rl['traces']['val.jsonl']}`); images `{tmp_path.name}` ({rl['images']} images, sha256 over "
+            f"their names and sha256s `{rl['images_sha256']}`).") in card
+    assert (f"- Trained on (SFT phase, of the `rl.init_from` checkpoint): traces `traces` (`val.jsonl` sha256 "
+            f"`{sft['traces']['val.jsonl']}`, `warmup.jsonl` sha256 `{sft['traces']['warmup.jsonl']}`)") in card
+    assert "The RL phase started from `hf` (`rl.init_from`)" in card and "not recorded with the run" not in card
+    assert not any(str(tmp_path) in p.read_text(errors="ignore") for p in (tmp_path / "release").rglob("*.md"))

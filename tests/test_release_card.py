@@ -192,6 +192,8 @@ def test_a_replay_run_card_names_every_source_its_weight_and_digests(tmp_path: P
             f"`{traces_digest(other / 'folding')}`") in card
     assert f"`folding/warmup.jsonl` sha256 `{record['traces']['folding/warmup.jsonl']}`" in card
     assert f"`warmup.jsonl` sha256 `{record['traces']['warmup.jsonl']}`" in card
+    assert (f"; images of `folding` (`data.sources[1]`): `other` (2 images, sha256 over their names and sha256s "
+            f"`{record['sources'][0]['images_sha256']}`).") in card
     released = load_recipe(tmp_path / "rel" / "training_recipe.yaml")
     assert [(s.traces_dir, s.data_root, s.weight) for s in released.data.sources] == [("cot", "own", 3),
                                                                                        ("folding", "other", 1)]

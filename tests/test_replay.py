@@ -131,6 +131,33 @@ def test_the_trl_path_reads_the_mix_in_order_and_refuses_other_kinds(tmp_path: P
         load_training_split(resolve(_mixed_recipe(own, tmp_path / "gone" / "traces"), "sft", Hardware(gpu=False)))
 
 
+def test_a_resume_on_changed_images_of_a_replay_source_is_refused_naming_it(tmp_path: Path) -> None:
+    """The phase's data record (``data.json``) holds each other source's images as it holds the main data's (here:
+    no manifest, so the digest over the images its split uses); a resume whose source image changed is refused in
+    one line naming ``data.sources[1]``, and the same data resumes (`core.run_folder.check_same_data`, what the TRL
+    phase and the NeMo-RL driver call before anything is written)."""
+    from PIL import Image
+
+    from spatialiq_train.core.run_folder import DataChangedError, check_same_data, write_data_record
+
+    own, other = _folder(tmp_path, "own", 6, "sys"), _folder(tmp_path, "other", 2, "sys")
+    plan = resolve(_mixed_recipe(own, other), "sft", Hardware(gpu=False))
+    out = tmp_path / "run"
+    out.mkdir()
+    write_data_record(out, check_same_data(out, plan, resuming=False))  # as the phase's first start
+    record = json.loads((out / "data.json").read_text())
+    assert [{k: v for k, v in s.items() if k != "images_sha256"} for s in record["sources"]] == [
+        {"source": "data.sources[1]", "traces_dir": "traces", "data_root": "other", "images": 2}]
+    assert check_same_data(out, plan, resuming=True) == record
+    Image.new("RGB", (56, 56), (1, 2, 3)).save(tmp_path / "other" / "img" / "warmup_1.png")
+    with pytest.raises(DataChangedError) as info:
+        check_same_data(out, plan, resuming=True)
+    said = str(info.value)
+    assert "\n" not in said and said.count("recorded sha256") == 1  # the source alone: its own images unchanged
+    assert (f"since this run started (data.sources[1].data_root (other) images of the split: recorded sha256 "
+            f"{record['sources'][0]['images_sha256'][:12]} (2 images), now ") in said
+
+
 def test_grpo_reads_the_mix_one_step_of_prompts_at_a_time(tmp_path: Path) -> None:
     from spatialiq_train.train.data import load_training_split
     from spatialiq_train.train.phase import build_phase_trainer

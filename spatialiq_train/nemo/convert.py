@@ -12,8 +12,10 @@ NeMo-RL writes ``<checkpoint_dir>/step_N/`` with ``config.yaml`` (the run's whol
 
 Either way the output gets the processor with the recipe's pixel budget and the chat template
 (:func:`spatialiq_train.hf_export.write_processor`; NeMo-RL's converter writes a tokenizer only), the
-recipe as ``training_recipe.yaml``, and is checked before it is renamed into place: each weight file's size and
-sha256 against its source, every tensor of the index present in the file it names, the processor's budget.
+recipe as ``training_recipe.yaml``, the data record the driver wrote beside the checkpoints (``data.json``,
+`spatialiq_train.core.run_folder`: what ``spatialiq release`` names as trained on), and is checked before it is
+renamed into place: each weight file's size and sha256 against its source, every tensor of the index present in the
+file it names, the processor's budget.
 """
 
 from __future__ import annotations
@@ -198,6 +200,7 @@ def convert(checkpoint: str | Path, out: str | Path, recipe: str | Path | None =
     from spatialiq_train.core.io import atomic_write_text
     from spatialiq_train.core.processor import budget_of
     from spatialiq_train.core.recipes import recipe_to_yaml
+    from spatialiq_train.core.run_folder import DATA_RECORD, read_data_record, write_data_record
     from spatialiq_train.hf_export import write_processor
     from spatialiq_train.nemo.settings import load_recipe_checked
 
@@ -212,18 +215,27 @@ def convert(checkpoint: str | Path, out: str | Path, recipe: str | Path | None =
     else:
         rec = load_recipe_checked(recipe, what="--recipe")
     kind, weights = locate_weights(step)
+    data = read_data_record(step.parent)  # the driver's data.json: what `release` names as trained on
+    if data is None:
+        log.warning("%s: no %s (a run started before the driver recorded its data): the release card of %s will "
+                    "not name the data it trained on", step.parent, DATA_RECORD, out)
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    if kind == "hf":
-        _copy_hf(weights, staging, step_config)
-    else:
-        _convert_dcp(weights, step, step_config, staging)
-    budget = pixel_budget(step_config, rec)
-    processor = write_processor(Path(processor_source(step, step_config)), staging, *budget)
-    if budget_of(processor) != budget:
-        raise ConvertError(f"{staging}: the saved processor's budget {budget_of(processor)} is not the recipe's")
-    atomic_write_text(staging / RECIPE_FILE, recipe_to_yaml(rec))
+    try:  # a refused or failed conversion leaves no half-written folder
+        if kind == "hf":
+            _copy_hf(weights, staging, step_config)
+        else:
+            _convert_dcp(weights, step, step_config, staging)
+        budget = pixel_budget(step_config, rec)
+        processor = write_processor(Path(processor_source(step, step_config)), staging, *budget)
+        if budget_of(processor) != budget:
+            raise ConvertError(f"{staging}: the saved processor's budget {budget_of(processor)} is not the recipe's")
+        atomic_write_text(staging / RECIPE_FILE, recipe_to_yaml(rec))
+        write_data_record(staging, data)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     staging.rename(out)
     log.info("%s (%s, %s) -> %s", step, kind, weights, out)
     return out

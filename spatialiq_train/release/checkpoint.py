@@ -23,6 +23,10 @@ def find_model_dir(run: Path) -> Path:
     for candidate in (run / "final", run):
         if (candidate / "config.json").is_file():
             return candidate
+    if (run / "policy" / "weights").is_dir() or any(run.glob("step_*/policy/weights")):
+        raise ReleaseError(f"{run}: a NeMo-RL checkpoint, not a Hugging Face one: convert it first (`spatialiq nemo "
+                           f"convert --checkpoint {run} --out HF`, which also carries the run's data record), then "
+                           "release HF with --run HF")
     raise ReleaseError(f"{run}: no checkpoint found (looked for {run / 'final' / 'config.json'} and "
                        f"{run / 'config.json'}); pass a `spatialiq run`/`train` output folder or a converted "
                        "Hugging Face checkpoint")

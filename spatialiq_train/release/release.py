@@ -302,7 +302,9 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
     copy_configs(model_dir, tmp, _generation(recipe))
     _public_config(tmp)
     write_processor(model_dir, tmp, *_pixel_budget(recipe))
-    phases = run_facts.phases_up_to(run_phases(where.root, model_dir), where)
+    phases = run_facts.phases_up_to(run_phases(where.root, model_dir) or run_facts.recorded_phases(where.root),
+                                    where)
+    init_from = ((recipe or {}).get("rl") or {}).get("init_from") if "rl" in (phases or ()) else None
     found = run_sources(recipe, data_root, run, phases)
     public = public_recipe(recipe) if recipe is not None else None
     if public is not None:
@@ -313,7 +315,8 @@ def release(run: Path, out: Path, *, metrics: Path | None = None, data_root: Pat
                         trace_kind=trace_kind(recipe, phases, run), recipe_file=RECIPE_FILE if recipe_path else None,
                         init_from=((public or {}).get("rl") or {}).get("init_from") if "rl" in (phases or ()) else
                         None, eval_caveat=caveat, sources=found, position=where.sentence(phases),
-                        trained_on=run_facts.trained_on(where.root, phases), recorded_as=recorded_as)
+                        trained_on=run_facts.trained_on(where.root, phases, run_path(init_from, run)),
+                        recorded_as=recorded_as)
     atomic_write_text(tmp / "README.md", model_card(inputs))
     leaks = paths_found(tmp, _machine_paths(recipe, run, model_dir, out, data_root, metrics))
     if leaks:

@@ -97,23 +97,54 @@ def refuse_stepless(root: Path) -> None:
                                "from: nothing to release; train with more rows than one batch and release that run")
 
 
-def _dataset_line(record: dict[str, Any]) -> str:
-    traces = ", ".join(f"`{name}` sha256 `{digest}`" for name, digest in sorted((record.get("traces") or {}).items()))
+def _images_words(record: dict[str, Any]) -> str:
+    """The images a data record (or one of its replay sources) holds, as the card says them."""
     if record.get("manifest_sha256"):
         facts = [f"{label} {record[key]}" for label, key in (("generator version", "generator_version"),
                                                              ("seed", "seed"), ("structures", "structures"),
                                                              ("views", "views")) if record.get(key) is not None]
-        images = f"manifest.json sha256 `{record['manifest_sha256']}`" + (f" ({', '.join(facts)})" if facts else "")
-    else:
-        images = f"{record.get('images')} images, sha256 over their names and sha256s `{record.get('images_sha256')}`"
-    return (f"- Trained on ({str(record.get('phase', '?')).upper()} phase): traces `{record.get('traces_dir')}` "
-            f"({traces or 'no trace file recorded'}); images `{record.get('data_root')}` ({images}).")
+        return f"manifest.json sha256 `{record['manifest_sha256']}`" + (f" ({', '.join(facts)})" if facts else "")
+    return f"{record.get('images')} images, sha256 over their names and sha256s `{record.get('images_sha256')}`"
 
 
-def trained_on(root: Path, phases: tuple[str, ...] | None) -> tuple[str, ...]:
-    """One card line per dataset a phase of the run recorded (of the phases in ``phases`` when known)."""
-    records = read_data_records(phase_folders(root))
-    return tuple(_dataset_line(r) for r in records if phases is None or r.get("phase") in phases)
+def _dataset_line(record: dict[str, Any], via: str = "") -> str:
+    traces = ", ".join(f"`{name}` sha256 `{digest}`" for name, digest in sorted((record.get("traces") or {}).items()))
+    others = "".join(f"; images of `{s.get('traces_dir')}` (`{s.get('source')}`): `{s.get('data_root')}` "
+                     f"({_images_words(s)})" for s in record.get("sources") or () if isinstance(s, dict))
+    return (f"- Trained on ({str(record.get('phase', '?')).upper()} phase{via}): traces `{record.get('traces_dir')}` "
+            f"({traces or 'no trace file recorded'}); images `{record.get('data_root')}` ({_images_words(record)})"
+            f"{others}.")
+
+
+NOT_RECORDED = ("- Trained on: not recorded with the run (no `data.json` in its phase folders, or beside a "
+                "converted NeMo-RL checkpoint: a run made, or a checkpoint converted, before data records); the "
+                "sources above name what the recipe's paths hold now.")
+"""The card's line when no phase of the run recorded its data."""
+
+
+def recorded_phases(root: Path) -> tuple[str, ...] | None:
+    """The phases the run's data records name, in training order (a converted NeMo-RL checkpoint keeps no metrics,
+    only the record ``nemo convert`` carried); None without a record."""
+    named = {str(r.get("phase")) for r in read_data_records(phase_folders(root))}
+    return tuple(p for p in ("sft", "rl") if p in named) or None
+
+
+def _init_root(folder: Path) -> Path:
+    """The run folder of a checkpoint ``rl.init_from`` names: a ``final/`` or ``checkpoint-N``'s run, else the folder
+    (a converted checkpoint holds its own record)."""
+    return folder.parent if folder.name == "final" else position(folder).root
+
+
+def trained_on(root: Path, phases: tuple[str, ...] | None, init_from: Path | None = None) -> tuple[str, ...]:
+    """One card line per dataset a phase of the run recorded (of the phases in ``phases`` when known), then those
+    the run of its RL phase's starting checkpoint (``init_from``) recorded (an SFT warm-up converted from NeMo-RL,
+    a `train sft` run); :data:`NOT_RECORDED` when there are none."""
+    own = [r for r in read_data_records(phase_folders(root)) if phases is None or r.get("phase") in phases]
+    lines = [_dataset_line(r) for r in own]
+    if init_from is not None and init_from.is_dir():
+        records = read_data_records(phase_folders(_init_root(init_from)))
+        lines += [_dataset_line(r, ", of the `rl.init_from` checkpoint") for r in records if r not in own]
+    return tuple(lines) or (NOT_RECORDED,)
 
 
 def refuse_out_inside(out: Path, root: Path) -> None:

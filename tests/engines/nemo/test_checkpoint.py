@@ -54,6 +54,7 @@ def test_a_checkpoint_manager_step_converts_and_samples(checkpointer: tuple[Any,
     out = tmp_path / "hf"
     _invoke("nemo", "convert", "--checkpoint", str(ckpt_dir), "--out", str(out))
     assert (out / "training_recipe.yaml").is_file() and (out / "preprocessor_config.json").is_file()
+    assert (out / "data.json").read_bytes() == (ckpt_dir / "data.json").read_bytes()  # what `release` names
     data = _benchmark(tmp_path / "bench")
     completions = tmp_path / "c.jsonl"
     _invoke("eval", "sample", "--model", str(out), "--data", str(data), "--out", str(completions), "--k", "1",
