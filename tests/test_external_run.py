@@ -42,7 +42,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
 def test_the_run_writes_the_agreed_layout(run: tuple[Path, Path, str]) -> None:
     root, out, console = run
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["benchmark"] == "spatialchain" and metrics["n"] == 3 and metrics["primary"] == "accuracy"
+    assert metrics["benchmark"] == "spatialchain" and metrics["n"] == 3 and metrics["primary"] == "accuracy_all"
     assert metrics["model"] == str(Path(tiny_model_dir()).resolve()) and len(metrics["model_digest"]) == 64
     assert metrics["metrics"]["n_binary"] == 2  # the attribute answer is left out of the accuracy
     assert set(metrics["signals"]) == {"opener", "opener_share", "chain_words_mean"}

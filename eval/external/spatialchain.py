@@ -149,7 +149,7 @@ class SpatialChain:
                    "chain_words_mean": chains.mean_of(len(chains.tokens(c)) for c in chain_texts)}
         metrics = {**spatialchain_metrics(rows), **breakdown.breakdown_metrics(rows)}
         tables = {"relation": breakdown.per_relation(rows), "hops": breakdown.per_hop(rows)}
-        return Scored("accuracy", metrics, signals, rows, dict(METRIC_NOTES), tables)
+        return Scored("accuracy_all", metrics, signals, rows, dict(METRIC_NOTES), tables)
 
     def judge_prompts(self, items: list[Item], texts: dict[str, str]) -> dict[str, tuple[str, str]]:
         """(system, user) of each item's judge call: Appendix F's rubric and its input block, the chain without
