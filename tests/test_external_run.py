@@ -103,9 +103,15 @@ def test_the_judge_through_the_command(run: tuple[Path, Path, str], tmp_path: Pa
     root, out, _ = run
     judged = tmp_path / "judged"
     shutil.copytree(out, judged)
-    replies = iter([_verdict(0.5), "```json\n" + _verdict(1.0) + "\n```", _verdict(1.0)])
+    replies = dict(zip((r["question"] for r in ROWS), [_verdict(0.5), "```json\n" + _verdict(1.0) + "\n```",
+                                                      _verdict(1.0)], strict=True))
+
+    def reply(body: dict) -> str:  # by item, whatever order the concurrent requests arrive in
+        question = body["messages"][1]["content"].split("\n", 1)[0].removeprefix("Question: ")
+        return replies[question]
+
     monkeypatch.setenv("JUDGE_KEY", "secret")
-    with judge_server(lambda body: next(replies)) as (url, seen):
+    with judge_server(reply) as (url, seen):
         extra = ("--judge-url", url, "--judge-model", "judge-7b", "--judge-api-key-env", "JUDGE_KEY")
         res = CliRunner().invoke(app, _command(root, judged, *extra))
         assert res.exit_code == 0, res.output
@@ -113,7 +119,8 @@ def test_the_judge_through_the_command(run: tuple[Path, Path, str], tmp_path: Pa
         body = seen[0]["body"]
         assert body["model"] == "judge-7b" and body["temperature"] == 0
         assert body["messages"][0] == {"role": "system", "content": SPATIALCHAIN_JUDGE_PROMPT}
-        assert body["messages"][1]["content"].startswith(f"Question: {ROWS[0]['question']}\nGroundTruth: Yes")
+        first = next(b["body"] for b in seen if ROWS[0]["question"] in b["body"]["messages"][1]["content"])
+        assert first["messages"][1]["content"].startswith(f"Question: {ROWS[0]['question']}\nGroundTruth: Yes")
         res = CliRunner().invoke(app, _command(root, judged, *extra))  # every verdict on file: nothing asked
         assert res.exit_code == 0 and len(seen) == 3
     m = json.loads((judged / "metrics.json").read_text())["metrics"]
@@ -154,6 +161,40 @@ def test_judge_metrics_against_hand_computed_values() -> None:
     # Table 18's RF per hop stratum: single a (0.5) and c (0.0), multi b (1.0); d's invalid verdict left out
     assert m["judge_faithfulness_single_hop"] == 0.25 and m["judge_faithfulness_multi_hop"] == 1.0
     assert m["judge_faithfulness_hop_delta"] == 0.75 and m["judge_faithfulness_ambiguous_hop"] is None
+
+
+def test_the_judge_asks_several_at_once_and_keeps_what_came_back(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    state = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    def ask_one(config: JudgeConfig, system: str, user: str) -> str:
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+        if user == "fails":
+            raise UserError("--judge-url u: u answered HTTP 500 (boom)")
+        return _verdict(1.0)
+
+    prompts = {f"i{k}": ("s", f"u{k}") for k in range(8)}
+    path = tmp_path / "judge.jsonl"
+    verdicts = run_judge(JudgeConfig("u", "m", workers=4), prompts, path, ask_one)
+    assert state["most"] > 1 and list(verdicts) == list(prompts)  # the items' order, whatever the replies' was
+    assert sorted(json.loads(x)["id"] for x in path.read_text().splitlines()) == sorted(prompts)
+    more = {**prompts, "x": ("s", "fails"), "y": ("s", "y")}
+    with pytest.raises(UserError, match="HTTP 500"):  # a failed request stops the run; what came back is kept
+        run_judge(JudgeConfig("u", "m", workers=1), more, path, ask_one)
+    assert len(path.read_text().splitlines()) == 8
+    asked: list[str] = []
+    run_judge(JudgeConfig("u", "m"), {**more, "x": ("s", "x")}, path, lambda c, s, u: asked.append(u) or _verdict(1))
+    assert sorted(asked) == ["x", "y"] and len(path.read_text().splitlines()) == 10  # a rerun asks the rest only
+    with pytest.raises(UserError, match="--judge-workers must be at least 1, got 0"):
+        run_judge(JudgeConfig("u", "m", workers=0), prompts, path, ask_one)
 
 
 def test_an_unreachable_judge_is_a_one_line_error(tmp_path: Path) -> None:

@@ -45,6 +45,9 @@ class JudgeConfig:
     api_key_env: str | None = None
     """Name of the environment variable holding the API key (the key itself is never stored or logged)."""
     timeout: float = 120.0
+    workers: int = 4
+    """Requests in flight at once (``--judge-workers``): the 899 test items one at a time take an hour at a few
+    seconds a reply."""
 
 
 def parse_verdict(content: str) -> dict[str, float]:
@@ -113,20 +116,34 @@ def read_verdicts(path: Path) -> dict[str, dict[str, Any]]:
 
 def run_judge(config: JudgeConfig, prompts: dict[str, tuple[str, str]], path: Path,
               ask_one: Callable[[JudgeConfig, str, str], str] = ask) -> dict[str, dict[str, Any]]:
-    """Every item's verdict (``{"id", "scores" | None, "error"?}``), asking only for the ids not yet in ``path``."""
+    """Every item's verdict (``{"id", "scores" | None, "error"?}``), asking only for the ids not yet in ``path``,
+    ``config.workers`` at a time. Each verdict is appended as its reply arrives (the file's order is the replies'),
+    so an interrupted run keeps what came back; a failed request stops the rest (not yet asked ones are cancelled)
+    and raises."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from tqdm import tqdm
+
+    if config.workers < 1:
+        raise UserError(f"--judge-workers must be at least 1, got {config.workers}")
     verdicts = read_verdicts(path)
+    todo = [(item_id, pair) for item_id, pair in prompts.items() if item_id not in verdicts]
     path.parent.mkdir(parents=True, exist_ok=True)
-    for item_id, (system, user) in prompts.items():
-        if item_id in verdicts:
-            continue
-        reply = ask_one(config, system, user)
-        try:
-            rec: dict[str, Any] = {"id": item_id, "scores": parse_verdict(reply)}
-        except JudgeReplyError as exc:
-            rec = {"id": item_id, "scores": None, "error": str(exc)}
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(rec) + "\n")
-        verdicts[item_id] = rec
+    pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="judge")
+    try:
+        futures = {pool.submit(ask_one, config, system, user): item_id for item_id, (system, user) in todo}
+        for future in tqdm(as_completed(futures), total=len(futures), desc="judge", unit="item",
+                           disable=not futures):
+            item_id = futures[future]
+            try:
+                rec: dict[str, Any] = {"id": item_id, "scores": parse_verdict(future.result())}
+            except JudgeReplyError as exc:
+                rec = {"id": item_id, "scores": None, "error": str(exc)}
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(rec) + "\n")
+            verdicts[item_id] = rec
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return {k: verdicts[k] for k in prompts}
 
 
