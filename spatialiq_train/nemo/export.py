@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from spatialiq_train.core.io import atomic_write_text
+from spatialiq_train.core.resolve import plan_model
 from spatialiq_train.nemo.config import Built, data_parallel, grpo_config, parallelism, sft_config
 from spatialiq_train.nemo.contract import check_held_out_plan, plan_data
 from spatialiq_train.nemo.keys import NemoConfigError, check_config, load_key_set
@@ -32,7 +33,7 @@ def build(recipe: str | Path, phase: Phase, nodes: int, gpus_per_node: int, *, o
     source = str(recipe)
     settings = DriverSettings(recipe=recipe_reference(recipe), recipe_overrides=list(overrides), phase=phase)
     rec = load_recipe_checked(recipe, settings.recipe_overrides, what="recipe")
-    par = parallelism(rec.model.name_or_path, gpus_per_node)
+    par = parallelism(plan_model(rec, phase).name_or_path, gpus_per_node)  # the cluster's layout, from the model
     dp = data_parallel(nodes, gpus_per_node, par.policy_tp)
     try:
         plan = nemo_plan(rec, phase, dp, par.activation_checkpointing)
