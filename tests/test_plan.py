@@ -26,7 +26,10 @@ def test_the_plan_records_every_value_with_its_source_and_reads_back() -> None:
     s = plan.provenance
     assert set(s) == set(plan_fields(plan)) and set(s.values()) <= {"recipe", "default", "hardware"}
     assert s["optimizer.learning_rate"] == "recipe" and s["algorithm.num_iterations"] == "default"
-    assert s["execution.device"] == s["batch.micro_batch"] == s["generation.vllm"] == "hardware"
+    assert s["batch.micro_batch"] == s["generation.vllm"] == "hardware"
+    assert s["execution.device"] == "recipe"  # tiny_cpu says run.device: cpu; auto leaves it to the hardware
+    auto = resolve(tiny_recipe(["run.device=auto"]), "rl", Hardware(gpu=False)).provenance
+    assert auto["execution.device"] == "hardware"
     assert plan.generation is not None and plan.generation.vllm is False  # the recipe asks, the CPU cannot
     assert from_record(json.loads(json.dumps(plan.record()))) == plan
     sft = resolve(recipe, "sft", Hardware(gpu=False))
