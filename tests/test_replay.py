@@ -98,10 +98,26 @@ def _folder(root: Path, name: str, n: int, system: str | None, split: str = "war
     return traces
 
 
-def _mixed_recipe(own: Path, other: Path) -> Any:
+def _mixed_recipe(own: Path, other: Path, steps: int = 2) -> Any:
+    """own 3 : other 1 in global batches of 4; ``steps`` steps a phase (2: one pass over own's 6 rows)."""
     sources = [{"traces_dir": str(d), "weight": w, "data_root": str(d.parent)} for d, w in ((own, 3), (other, 1))]
     return tiny_recipe([f"data.traces_dir={own}", f"data.data_root={own.parent}", f"data.sources={json.dumps(sources)}",
-                        "sft.optimizer.global_batch_size=4"])
+                        "sft.optimizer.global_batch_size=4", f"sft.optimizer.max_steps={steps}",
+                        f"rl.optimizer.max_steps={steps}"])
+
+
+def test_a_step_budget_longer_than_a_pass_goes_on_to_fresh_passes(tmp_path: Path) -> None:
+    from spatialiq_train.train.data import training_examples
+
+    assert mixed_order([6, 2], [3, 1], 4, seed=0, n_batches=6)[:8] == mixed_order([6, 2], [3, 1], 4, seed=0)
+    own, other = _folder(tmp_path, "own", 6, "sys"), _folder(tmp_path, "other", 2, "sys")
+    rows = training_examples(resolve(_mixed_recipe(own, other, steps=6), "sft", Hardware(gpu=False)))
+    assert len(rows) == 24  # one batch of 4 per step, not one pass of 2 batches read three times
+    paths = [str(r["images"][0]) for r in rows]
+    own_rows = [p for p in paths if Path(p).parent.parent.name == "own"]
+    passes = [own_rows[k * 6:(k + 1) * 6] for k in range(3)]
+    assert len(own_rows) == 18 and all(sorted(p) == sorted(passes[0]) for p in passes)  # each pass every row once
+    assert len({tuple(p) for p in passes}) == 3  # in three different orders: a pass is not the first one again
 
 
 def test_the_trl_path_reads_the_mix_in_order_and_refuses_other_kinds(tmp_path: Path) -> None:

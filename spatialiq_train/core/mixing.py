@@ -12,8 +12,10 @@ one row more and their credit falls by 1 (Tijdeman's rule for the chairman assig
 Inside a batch the slots are shuffled with a generator seeded by ``(seed, batch)``; each source's rows are taken in
 the order of a permutation seeded by ``(seed, source, pass)``, a new pass (a fresh permutation) starting when a
 source runs out. The mixed split holds as many batches as it takes to use the first source's rows once,
-``ceil(n_0 / (B p_0))``. The trainer then reads the rows in this order (TRL: sequential sampler, no shuffle), so
-optimizer step ``s`` trains on batch ``s`` whatever the number of processes.
+``ceil(n_0 / (B p_0))``, or as many as the phase's step budget when that is longer (``min_batches``): the passes
+then go on, so a second pass over the first source is a fresh permutation and fresh batches, not a repeat of the
+first. The trainer then reads the rows in this order (TRL: sequential sampler, no shuffle), so optimizer step ``s``
+trains on batch ``s`` whatever the number of processes.
 """
 
 from __future__ import annotations
@@ -171,10 +173,13 @@ def read_sources(sources: Sequence[TraceSource], split: str, data_root: str, mod
 
 
 def mixed_examples(sources: Sequence[TraceSource], split: str, data_root: str, mode: Mode, batch_size: int,
-                   seed: int, limit: int | None = None) -> list[dict[str, Any]]:
-    """The phase's training rows mixed from ``sources`` in :func:`mixed_order`'s order. Every row carries every
-    column any source has (a column a source lacks is None there)."""
+                   seed: int, limit: int | None = None, min_batches: int = 0) -> list[dict[str, Any]]:
+    """The phase's training rows mixed from ``sources`` in :func:`mixed_order`'s order: one pass over the first
+    source, or ``min_batches`` global batches when that is more (the step budget: the passes continue). Every row
+    carries every column any source has (a column a source lacks is None there)."""
     read = read_sources(sources, split, data_root, mode, limit)
-    order = mixed_order([len(r) for r in read], [s.weight for s in sources], batch_size, seed)
+    weights = [s.weight for s in sources]
+    n_batches = max(batches_for(len(read[0]), weights, batch_size), min_batches)
+    order = mixed_order([len(r) for r in read], weights, batch_size, seed, n_batches)
     columns = list(dict.fromkeys(key for rows in read for row in rows for key in row))
     return [{key: read[s][row].get(key) for key in columns} for s, row in order]

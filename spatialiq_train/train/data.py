@@ -26,7 +26,7 @@ def load_split(
 def training_examples(plan: PhasePlan) -> list[dict[str, Any]]:
     """The phase's training rows: ``data.traces_dir``'s split, or with ``data.sources`` the replay mix, global batch
     after global batch in the order of ``core.mixing.mixed_order`` (read in that order: the mapper's sequential
-    sampler)."""
+    sampler), as many batches as a step budget of ``max_steps`` trains when that is more than one pass."""
     d = plan.data
     if not d.sources:
         return load_examples(d.traces_dir, d.train_split, d.data_root, plan.phase, d.max_examples)
@@ -34,7 +34,7 @@ def training_examples(plan: PhasePlan) -> list[dict[str, Any]]:
 
     batch = plan.batch.global_batch if plan.phase == "sft" else plan.batch.prompts_per_step
     return mixed_examples([TraceSource(**s) for s in d.sources], d.train_split, d.data_root, plan.phase, batch or 1,
-                          plan.logging.seed, d.max_examples)
+                          plan.logging.seed, d.max_examples, min_batches=max(plan.optimizer.max_steps, 0))
 
 
 def load_training_split(plan: PhasePlan) -> Any:
