@@ -493,3 +493,11 @@ def test_rl_advantage_maps_to_v070s_estimator_switches(baseline, std, loo, norma
     assert (g["use_leave_one_out_baseline"], g["normalize_rewards"]) == (loo, normalize)
     assert g["adv_estimator"] == {"name": "grpo", "use_leave_one_out_baseline": loo, "normalize_rewards": normalize,
                                   "minus_baseline": True}
+
+
+def test_a_run_device_nemo_rl_does_not_use_is_said_not_dropped():
+    """run.device chooses a TRL run's device; NeMo-RL's workers decide theirs: the generator says so."""
+    said = [n for n in build("dapo_tight_7b", "rl", 1, 4, overrides=["run.device=cpu"]).notes if "run.device" in n]
+    assert said == ["run.device = 'cpu' is not used by NeMo-RL: its workers decide the device (run.device chooses "
+                    "a TRL run's)"]
+    assert not [n for n in build("dapo_tight_7b", "rl", 1, 4).notes if "run.device" in n]  # auto: nothing to say

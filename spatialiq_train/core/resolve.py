@@ -126,6 +126,16 @@ def _uses_gpu(recipe: Recipe, hw: Hardware) -> bool:
     return hw.gpu and recipe.run.device != "cpu"
 
 
+def device_not_chosen(recipe: Recipe, hardware: Hardware, engine: str) -> str | None:
+    """Where ``engine``'s workers decide the device (``Hardware.device_from_recipe`` False), a ``run.device`` other
+    than auto is not used: the sentence the engine's config generator shows for it (never dropped in silence), or
+    None."""
+    if hardware.device_from_recipe or recipe.run.device == "auto":
+        return None
+    return (f"run.device = {recipe.run.device!r} is not used by {engine}: its workers decide the device (run.device "
+            "chooses a TRL run's)")
+
+
 def check_execution(recipe: Recipe, hardware: Hardware) -> None:
     """The device and Liger decisions alone, for what a command refuses before any work: a ValueError naming the
     recipe key (the same as `resolve` raises)."""

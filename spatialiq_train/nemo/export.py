@@ -8,12 +8,12 @@ from pathlib import Path
 import yaml
 
 from spatialiq_train.core.io import atomic_write_text
-from spatialiq_train.core.resolve import plan_model
+from spatialiq_train.core.resolve import device_not_chosen, plan_model
 from spatialiq_train.nemo.config import Built, data_parallel, grpo_config, parallelism, sft_config
 from spatialiq_train.nemo.contract import check_held_out_plan, plan_data
 from spatialiq_train.nemo.keys import NemoConfigError, check_config, load_key_set
 from spatialiq_train.nemo.paper import deviations
-from spatialiq_train.nemo.recipe_values import nemo_plan
+from spatialiq_train.nemo.recipe_values import nemo_hardware, nemo_plan
 from spatialiq_train.nemo.settings import DriverSettings, Phase, load_recipe_checked, recipe_reference
 
 
@@ -45,6 +45,8 @@ def build(recipe: str | Path, phase: Phase, nodes: int, gpus_per_node: int, *, o
     except ValueError as exc:
         raise NemoConfigError(f"{source}: {exc}") from None
     check_config(built.config, built.algorithm, source=f"NeMo-RL config generated from {source}")
+    if unused := device_not_chosen(rec, nemo_hardware(dp, par.activation_checkpointing), "NeMo-RL"):
+        built.notes.append(unused)
     note = check_held_out_plan(plan_data(plan, settings.recipe), files_required=False)  # as the driver
     if note:
         built.notes.append(note)

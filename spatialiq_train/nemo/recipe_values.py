@@ -88,9 +88,13 @@ def nemo_plan(recipe: Recipe, phase: str, world_size: int, checkpointing: bool) 
     when the recipe leaves it open, as released), activation checkpointing from the tensor-parallel layout when the
     recipe leaves it open. The batch is shared as completions, not whole groups (NeMo-RL gathers every rollout
     before it shards the batch)."""
-    hw = Hardware(gpu=True, world_size=world_size, vllm_importable=True, device_from_recipe=False,
-                  checkpointing_default=checkpointing, whole_groups=False, sleep_mode=True)
-    return resolve(recipe, phase, hw)  # type: ignore[arg-type]
+    return resolve(recipe, phase, nemo_hardware(world_size, checkpointing))  # type: ignore[arg-type]
+
+
+def nemo_hardware(world_size: int, checkpointing: bool) -> Hardware:
+    """A NeMo-RL cluster as `core.resolve` sees it (see :func:`nemo_plan`)."""
+    return Hardware(gpu=True, world_size=world_size, vllm_importable=True, device_from_recipe=False,
+                    checkpointing_default=checkpointing, whole_groups=False, sleep_mode=True)
 
 
 def token_level(loss_type: str) -> bool:
