@@ -49,6 +49,10 @@ class JudgeConfig:
     """Requests in flight at once (``--judge-workers``): the 899 test items one at a time take an hour at a few
     seconds a reply."""
 
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise UserError(f"--judge-workers must be at least 1, got {self.workers}")
+
 
 def parse_verdict(content: str) -> dict[str, float]:
     """The three scores of a reply that is exactly the rubric's JSON object; JudgeReplyError says what is wrong."""
@@ -124,8 +128,6 @@ def run_judge(config: JudgeConfig, prompts: dict[str, tuple[str, str]], path: Pa
 
     from tqdm import tqdm
 
-    if config.workers < 1:
-        raise UserError(f"--judge-workers must be at least 1, got {config.workers}")
     verdicts = read_verdicts(path)
     todo = [(item_id, pair) for item_id, pair in prompts.items() if item_id not in verdicts]
     path.parent.mkdir(parents=True, exist_ok=True)

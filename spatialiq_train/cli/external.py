@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from eval.external.judge import JudgeConfig
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +38,7 @@ def external(
     judge_model: str | None = typer.Option(None, "--judge-model", help="The judge's model name at --judge-url."),
     judge_api_key_env: str | None = typer.Option(None, "--judge-api-key-env", help="Environment variable holding "
                                                  "the judge's API key (never stored)."),
-    judge_workers: int = typer.Option(4, "--judge-workers", help="Judge requests in flight at once."),
+    judge_workers: int = typer.Option(4, "--judge-workers", min=1, help="Judge requests in flight at once."),
 ) -> None:
     """Score a checkpoint on an external benchmark with its own prompts and metrics; a rerun resumes."""
     from pydantic import ValidationError
@@ -51,8 +55,11 @@ def external(
         raise UserError(f"--limit must be at least 1, got {limit}; leave it out for every item")
     if (judge_url is None) != (judge_model is None):
         raise UserError("--judge-url and --judge-model go together (the endpoint and the model it serves)")
-    if judge_workers < 1:
-        raise UserError(f"--judge-workers must be at least 1, got {judge_workers}")
+    judge = None
+    if judge_url is not None:
+        from eval.external.judge import JudgeConfig
+
+        judge = JudgeConfig(judge_url, judge_model or "", judge_api_key_env, workers=judge_workers)
     adapter = get_adapter(name)
     if judge_url is not None and not hasattr(adapter, "judge_prompts"):
         raise UserError(f"--judge-url: {name} has no LLM judge (SpatialChain's Appendix F judge only)")
@@ -65,12 +72,12 @@ def external(
     check_model_source(model, "--model")
     with output_lock(out, "--out"):
         _run_locked(adapter, every, every[:limit], data, model, out, config, engine, device,
-                    tensor_parallel_size, max_model_len, (judge_url, judge_model, judge_api_key_env, judge_workers))
+                    tensor_parallel_size, max_model_len, judge)
 
 
 def _run_locked(adapter, every: list, items: list, data: Path, model: Path, out: Path, config,  # noqa: ANN001
                 engine: str, device: str, tensor_parallel_size: int, max_model_len: int | None,
-                judge: tuple[str | None, str | None, str | None, int]) -> None:
+                judge: JudgeConfig | None) -> None:
     """Sampling (resumed, provenance-checked), scoring, the optional judge and the result files."""
     from eval.completions import load_completions
     from eval.external.base import data_record
@@ -88,12 +95,10 @@ def _run_locked(adapter, every: list, items: list, data: Path, model: Path, out:
                 max_model_len)
     texts = read_texts(completions, adapter.name, items)
     scored = adapter.score(items, texts)
-    judge_url, judge_model, judge_api_key_env, judge_workers = judge
-    if judge_url is not None:
-        from eval.external.judge import JUDGE_NOTES, JudgeConfig, judge_metrics, run_judge
+    if judge is not None:
+        from eval.external.judge import JUDGE_NOTES, judge_metrics, run_judge
 
-        verdicts = run_judge(JudgeConfig(judge_url, judge_model or "", judge_api_key_env, workers=judge_workers),
-                             adapter.judge_prompts(items, texts), out / JUDGE)
+        verdicts = run_judge(judge, adapter.judge_prompts(items, texts), out / JUDGE)
         scored.metrics.update(judge_metrics(scored.rows, verdicts))
         scored.notes.update(JUDGE_NOTES)
     path = write_results(out, adapter.name, record, scored, record)

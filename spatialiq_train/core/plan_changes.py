@@ -26,13 +26,13 @@ def _behind(key: str, plan_key: str) -> bool:
 
 
 def resolved_differences(old: Recipe, new: Recipe, phases: Sequence[Phase],
-                         hardware: tuple[Hardware, Hardware]) -> dict[str, bool] | None:
-    """Recipe key -> whether a plan field behind it differs between ``old`` and ``new`` in any of ``phases``
-    (``hardware``: what each recipe resolves on); None when either recipe cannot be resolved there."""
+                         hardware: Hardware) -> dict[str, bool] | None:
+    """Recipe key -> whether a plan field behind it differs between ``old`` and ``new`` in any of ``phases``, both
+    resolved on ``hardware``; None when either recipe cannot be resolved there."""
     out: dict[str, bool] = {}
     for phase in phases:
         try:
-            a, b = resolve(old, phase, hardware[0]).fields(), resolve(new, phase, hardware[1]).fields()
+            a, b = resolve(old, phase, hardware).fields(), resolve(new, phase, hardware).fields()
         except ValueError:  # a batch the processes cannot share, Liger absent: compared as written
             return None
         for dotted in a.keys() | b.keys():
@@ -42,7 +42,7 @@ def resolved_differences(old: Recipe, new: Recipe, phases: Sequence[Phase],
 
 
 def resolved_changes(keys: Sequence[str], old: Recipe, new: Recipe, phases: Sequence[Phase],
-                     hardware: tuple[Hardware, Hardware]) -> list[str]:
+                     hardware: Hardware) -> list[str]:
     """Of ``keys`` (recipe keys whose values differ between ``old`` and ``new``), those that change what one of
     ``phases`` trains with, in their order (see the module's docstring)."""
     differs = resolved_differences(old, new, phases, hardware)

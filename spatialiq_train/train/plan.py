@@ -99,15 +99,18 @@ def machine_plan(recipe: Recipe, phase: str, model_path: str | None = None) -> P
     device) and the device's memory less what colocated vLLM holds (`PhasePlan.vllm_training_share`); under ZeRO-3
     the model state is planned as partitioned over the processes. `sft_config` / `grpo_config` and a run both use
     it, so they give the same TRL config. The recipe is read by `core.resolve.resolve` alone."""
-    shards = world_size() if zero3() else 1
-    plan = phase_plan(recipe, phase, gpu=cuda_available(), state_shards=shards)
+    import dataclasses
+
+    here = hardware(state_shards=world_size() if zero3() else 1)
+    plan = resolve(recipe, phase, here)  # type: ignore[arg-type]
     if not (plan.memory_open and model_path):
         return plan
     import torch
 
     device = float(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
-    return phase_plan(recipe, phase, gpu=True, shape=model_shape(model_path),
-                      device_bytes=device * (1 - plan.vllm_training_share), state_shards=shards)
+    known = dataclasses.replace(here, shape=model_shape(model_path),
+                                device_bytes=device * (1 - plan.vllm_training_share))
+    return resolve(recipe, phase, known)  # type: ignore[arg-type]
 
 
 def write_plan(folder: Path, plan: PhasePlan) -> None:

@@ -114,8 +114,8 @@ def resolved_keys(keys: list[str], old: dict[str, Any], recipe: Recipe, phases: 
         return keys
     from spatialiq_train.train.plan import hardware
 
-    here = hardware()  # this machine, without the memory plan: the micro-batch and checkpointing it decides are free
-    return resolved_changes(keys, recorded, recipe, phases, (here, here))
+    # this machine, without the memory plan: the micro-batch and checkpointing it decides are free keys
+    return resolved_changes(keys, recorded, recipe, phases, hardware())
 
 
 def earlier_record(old: dict[str, Any], folder: Path, path: Path) -> tuple[dict[str, Any], str]:
