@@ -71,13 +71,15 @@ def sum_over_ranks(accelerator: Any, values: Sequence[float]) -> list[float]:
 
 
 def end_process_group() -> None:
-    """Destroy torch.distributed's process groups at the successful end of a launched command (no-op when none).
+    """End torch.distributed's process groups at the successful end of a launched command, all ranks together (a
+    no-op when none): a barrier, then ``destroy_process_group``.
 
-    A process that exits with its gloo group alive can abort during interpreter shutdown ("terminate called without
-    an active exception", SIGABRT) after all its work is done and saved: gloo's worker threads still hold tensors
-    whose release needs the interpreter being torn down. The launcher then reports the job failed, and kills the
-    other ranks. Called on success only: after an exception another rank may still wait in a collective, and the
-    teardown could hang instead of failing.
+    A rank that tears its gloo group down, or exits with it alive, while its peer is still busy on the group's
+    connections can abort in gloo's teardown ("terminate called without an active exception", SIGABRT) after all
+    its work is done and saved; the launcher then reports the job failed and kills the other ranks. The barrier
+    makes every rank reach the end before any tears down (the order PyTorch's shutdown notes ask for). Called on
+    success only: after an exception another rank may still wait in a collective, and the barrier would wait for a
+    rank that never comes.
     """
     import sys
 
@@ -86,4 +88,5 @@ def end_process_group() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
